@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: Apache-2.0
+# disagmoe_add_test(NAME name SOURCES a.cpp ... [LIBS ...] [LABELS ...] [TIMEOUT s])
+#   One doctest executable per module, registered with ctest under `name`.
+function(disagmoe_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(test_${T_NAME} ${T_SOURCES})
+  target_link_libraries(test_${T_NAME} PRIVATE disagmoe_doctest_main disagmoe::core ${T_LIBS})
+  target_compile_options(test_${T_NAME} PRIVATE ${DISAGMOE_WARNINGS})
+  add_test(NAME ${T_NAME} COMMAND test_${T_NAME})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 600)
+  endif()
+  set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+endfunction()
+
+# disagmoe_add_program(name SOURCES a.cpp ... [LIBS ...])
+#   An installed command-line program (examples/ and its tools).
+function(disagmoe_add_program NAME)
+  cmake_parse_arguments(P "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${NAME} ${P_SOURCES})
+  target_link_libraries(${NAME} PRIVATE disagmoe::core ${P_LIBS})
+  target_compile_options(${NAME} PRIVATE ${DISAGMOE_WARNINGS})
+  if(DISAGMOE_INSTALL)
+    install(TARGETS ${NAME} RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
+  endif()
+endfunction()
+
+# Adds every immediate subdirectory of the current source dir that has a CMakeLists.txt,
+# so that each module owns its own folder under tests/, examples/ and bench/.
+function(disagmoe_add_subdirectories)
+  file(GLOB children LIST_DIRECTORIES true RELATIVE "${CMAKE_CURRENT_SOURCE_DIR}"
+       "${CMAKE_CURRENT_SOURCE_DIR}/*")
+  list(SORT children)
+  foreach(child IN LISTS children)
+    if(IS_DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}/${child}"
+       AND EXISTS "${CMAKE_CURRENT_SOURCE_DIR}/${child}/CMakeLists.txt")
+      add_subdirectory(${child})
+    endif()
+  endforeach()
+endfunction()
+
+set(DISAGMOE_WARNINGS
+  $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Wall -Wextra -Wpedantic -Wno-missing-field-initializers>)
+
+# disagmoe_add_fuzz(NAME name SOURCE target.cpp [LIBS ...] [CORPUS dir])
+#   `target.cpp` defines LLVMFuzzerTestOneInput. With clang and DISAGMOE_BUILD_FUZZERS
+#   it becomes a libFuzzer binary run for DISAGMOE_FUZZ_SECONDS by ctest; otherwise it is
+#   linked with a deterministic mutation driver (tests/fuzz_replay_main.cpp) that ctest
+#   runs for a fixed number of seeded mutations of the corpus. Both run under asan.
+option(DISAGMOE_BUILD_FUZZERS "Build libFuzzer targets (needs clang)" OFF)
+set(DISAGMOE_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer target runs under ctest")
+function(disagmoe_add_fuzz)
+  cmake_parse_arguments(F "" "NAME;SOURCE;CORPUS" "LIBS" ${ARGN})
+  set(exe fuzz_${F_NAME})
+  if(DISAGMOE_BUILD_FUZZERS)
+    add_executable(${exe} ${F_SOURCE})
+    target_compile_options(${exe} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(${exe} PRIVATE -fsanitize=fuzzer,address,undefined)
+    set(corpus_copy "${CMAKE_CURRENT_BINARY_DIR}/${exe}_corpus")
+    add_test(NAME ${exe} COMMAND ${CMAKE_COMMAND} -E env
+             sh -c "mkdir -p '${corpus_copy}' && exec $<TARGET_FILE:${exe}> -max_total_time=${DISAGMOE_FUZZ_SECONDS} -max_len=4096 '${corpus_copy}' '${F_CORPUS}'")
+    set_tests_properties(${exe} PROPERTIES LABELS fuzz TIMEOUT 300)
+  else()
+    add_executable(${exe} ${F_SOURCE} "${PROJECT_SOURCE_DIR}/tests/fuzz_replay_main.cpp")
+    add_test(NAME ${exe} COMMAND ${exe} --iterations 20000 --seed 1 "${F_CORPUS}")
+    set_tests_properties(${exe} PROPERTIES LABELS fuzz TIMEOUT 600)
+  endif()
+  target_link_libraries(${exe} PRIVATE disagmoe::core ${F_LIBS})
+endfunction()
