@@ -55,6 +55,12 @@ class NcclError : public Error {
   using Error::Error;
 };
 
+/// A value printed as is by `describe` (not quoted), e.g. a JSON literal.
+struct Verbatim {
+  std::string text;
+  friend std::ostream& operator<<(std::ostream& os, const Verbatim& v) { return os << v.text; }
+};
+
 namespace detail {
 template <class T>
 void append_value(std::ostringstream& os, const T& value) {

@@ -23,3 +23,8 @@ TEST_CASE("expect throws the requested type only when the condition fails") {
     CHECK(std::string(e.what()) == "basis = 3: expected nonsingular");
   }
 }
+
+TEST_CASE("Verbatim values are printed without quotes") {
+  CHECK(describe("$.layers", Verbatim{"2.5"}, "an integer") == "$.layers = 2.5: expected an integer");
+  CHECK(describe("$.name", Verbatim{"\"x\""}, "a number") == "$.name = \"x\": expected a number");
+}

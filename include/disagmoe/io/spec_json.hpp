@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file spec_json.hpp
+/// ModelSpec and ClusterSpec to and from JSON (needs `disagmoe::io`). Reading is
+/// strict: unknown keys, wrong types and out-of-range values are errors naming the
+/// JSON path ("$.gpu.hbm_bytes"). A document may start from a preset and override
+/// fields: {"preset": "h800x128", "nodes": 4}.
+#pragma once
+
+#include <disagmoe/error.hpp>
+#include <disagmoe/spec/cluster_spec.hpp>
+#include <disagmoe/spec/model_spec.hpp>
+#include <disagmoe/spec/presets.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <type_traits>
+
+namespace disagmoe::io {
+
+using Json = nlohmann::json;
+
+namespace detail {
+
+template <class S, class T>
+struct Field {
+  std::string_view name;
+  T S::*member;
+};
+template <class S, class T>
+Field(std::string_view, T S::*) -> Field<S, T>;
+
+// The serialised fields of each spec, in output order. One table drives reading,
+// writing and the list of valid keys, so they cannot drift apart.
+template <class S>
+constexpr auto fields();
+
+template <>
+constexpr auto fields<ModelSpec>() {
+  using M = ModelSpec;
+  return std::tuple{Field{"name", &M::name}, Field{"layers", &M::layers}, Field{"hidden", &M::hidden},
+                    Field{"heads", &M::heads}, Field{"kv_heads", &M::kv_heads}, Field{"head_dim", &M::head_dim},
+                    Field{"first_dense_layers", &M::first_dense_layers},
+                    Field{"moe_layer_interval", &M::moe_layer_interval}, Field{"experts", &M::experts},
+                    Field{"shared_experts", &M::shared_experts}, Field{"top_k", &M::top_k},
+                    Field{"expert_ffn", &M::expert_ffn}, Field{"shared_expert_ffn", &M::shared_expert_ffn},
+                    Field{"dense_ffn", &M::dense_ffn}, Field{"vocab", &M::vocab},
+                    Field{"tied_embeddings", &M::tied_embeddings}, Field{"qk_norm", &M::qk_norm},
+                    Field{"attention_bias", &M::attention_bias}, Field{"sliding_window", &M::sliding_window},
+                    Field{"sliding_window_interval", &M::sliding_window_interval},
+                    Field{"seq_len", &M::seq_len}, Field{"micro_batch", &M::micro_batch},
+                    Field{"dtype", &M::dtype}};
+}
+
+template <>
+constexpr auto fields<GpuSpec>() {
+  using G = GpuSpec;
+  return std::tuple{Field{"name", &G::name}, Field{"peak_flops_fp32", &G::peak_flops_fp32},
+                    Field{"peak_flops_bf16", &G::peak_flops_bf16}, Field{"peak_flops_fp8", &G::peak_flops_fp8},
+                    Field{"hbm_bytes", &G::hbm_bytes}, Field{"hbm_bandwidth", &G::hbm_bandwidth}};
+}
+
+template <>
+constexpr auto fields<ClusterSpec>() {
+  using C = ClusterSpec;
+  return std::tuple{Field{"name", &C::name}, Field{"nodes", &C::nodes}, Field{"gpus_per_node", &C::gpus_per_node},
+                    Field{"gpu", &C::gpu}, Field{"intra_node_bandwidth", &C::intra_node_bandwidth},
+                    Field{"intra_node_latency", &C::intra_node_latency},
+                    Field{"nics_per_node", &C::nics_per_node}, Field{"nic_bandwidth", &C::nic_bandwidth},
+                    Field{"nic_latency", &C::nic_latency}};
+}
+
+inline std::string type_name(const Json& j) { return j.type_name(); }
+
+// Top-level specs may name a preset to start from; nested objects (the GPU) may not.
+template <class S>
+inline constexpr bool kHasPresets = std::is_same_v<S, ModelSpec> || std::is_same_v<S, ClusterSpec>;
+
+template <class S>
+void read_object(const Json& j, const std::string& path, S& out);
+
+inline void read_value(const Json& j, const std::string& path, int& out) {
+  if (!j.is_number_integer())
+    fail<IoError>(path, Verbatim{j.dump()}, "an integer, not " + type_name(j));
+  const auto v = j.get<long long>();
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    fail<IoError>(path, v, "an integer that fits 32 bits");
+  out = static_cast<int>(v);
+}
+inline void read_value(const Json& j, const std::string& path, double& out) {
+  if (!j.is_number()) fail<IoError>(path, Verbatim{j.dump()}, "a number, not " + type_name(j));
+  out = j.get<double>();
+}
+inline void read_value(const Json& j, const std::string& path, bool& out) {
+  if (!j.is_boolean()) fail<IoError>(path, Verbatim{j.dump()}, "true or false, not " + type_name(j));
+  out = j.get<bool>();
+}
+inline void read_value(const Json& j, const std::string& path, std::string& out) {
+  if (!j.is_string()) fail<IoError>(path, Verbatim{j.dump()}, "a string, not " + type_name(j));
+  out = j.get<std::string>();
+}
+inline void read_value(const Json& j, const std::string& path, DType& out) {
+  if (!j.is_string()) fail<IoError>(path, Verbatim{j.dump()}, "a string (fp32, bf16, fp16, fp8), not " + type_name(j));
+  try {
+    out = parse_dtype(j.get<std::string>(), path);
+  } catch (const ConfigError& e) {
+    throw IoError(e.what());
+  }
+}
+inline void read_value(const Json& j, const std::string& path, GpuSpec& out) { read_object(j, path, out); }
+
+inline void write_value(Json& j, const GpuSpec& g);
+template <class T>
+void write_value(Json& j, const T& v) {
+  if constexpr (std::is_same_v<T, DType>) j = std::string(to_string(v));
+  else j = v;
+}
+inline void write_value(Json& j, const GpuSpec& g) {
+  j = Json::object();
+  std::apply([&](auto... f) { (write_value(j[std::string(f.name)], g.*f.member), ...); }, fields<GpuSpec>());
+}
+
+template <class S>
+std::string key_list(bool allow_preset) {
+  std::string s = allow_preset ? "preset" : "";
+  std::apply([&](auto... f) { ((s += (s.empty() ? "" : ", ") + std::string(f.name)), ...); }, fields<S>());
+  return s;
+}
+
+inline void load_preset(const std::string& name, ModelSpec& out) { out = model_preset(name); }
+inline void load_preset(const std::string& name, ClusterSpec& out) { out = cluster_preset(name); }
+
+template <class S>
+void read_object(const Json& j, const std::string& path, S& out) {
+  constexpr bool allow_preset = kHasPresets<S>;
+  if (!j.is_object()) fail<IoError>(path, Verbatim{j.dump()}, "a JSON object, not " + type_name(j));
+  if constexpr (allow_preset) {
+    if (j.contains("preset")) {  // the base first, then the overrides
+      std::string name;
+      read_value(j.at("preset"), path + ".preset", name);
+      try {
+        load_preset(name, out);
+      } catch (const ConfigError& e) {
+        fail<IoError>(path + ".preset", name, std::string("a preset name; ") + e.what());
+      }
+    }
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (allow_preset && key == "preset") continue;
+    bool known = false;
+    std::apply([&, &key = key, &value = value](auto... f) {
+      ((f.name == key ? (read_value(value, path + "." + key, out.*f.member), known = true) : false), ...);
+    }, fields<S>());
+    if (!known) fail<IoError>(path + "." + key, "(unknown key)", "one of: " + key_list<S>(allow_preset));
+  }
+}
+
+template <class S>
+Json write_object(const S& s) {
+  Json j = Json::object();
+  std::apply([&](auto... f) { (write_value(j[std::string(f.name)], s.*f.member), ...); }, fields<S>());
+  return j;
+}
+
+}  // namespace detail
+
+/// JSON object with every ModelSpec field.
+inline Json to_json(const ModelSpec& m) { return detail::write_object(m); }
+/// JSON object with every ClusterSpec field (the GPU nested under "gpu").
+inline Json to_json(const ClusterSpec& c) { return detail::write_object(c); }
+
+/// Reads a ModelSpec; missing fields keep their defaults (or the preset's); the result
+/// is validated. Errors name the JSON path below `path`.
+inline ModelSpec model_from_json(const Json& j, const std::string& path = "$") {
+  ModelSpec m;
+  detail::read_object(j, path, m);
+  validate(m, path);
+  return m;
+}
+
+/// Reads a ClusterSpec like model_from_json.
+inline ClusterSpec cluster_from_json(const Json& j, const std::string& path = "$") {
+  ClusterSpec c;
+  detail::read_object(j, path, c);
+  validate(c, path);
+  return c;
+}
+
+/// Parses the JSON file at `file`; IoError names the file (and the parser's position).
+inline Json read_json_file(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) fail<IoError>("file", file.string(), "a readable JSON file");
+  try {
+    return Json::parse(in);
+  } catch (const Json::parse_error& e) {
+    fail<IoError>("file", file.string(), std::string("valid JSON (") + e.what() + ")");
+  }
+}
+
+/// A model from a preset name or a JSON file path (anything ending in ".json").
+inline ModelSpec load_model(const std::string& name_or_file) {
+  if (name_or_file.ends_with(".json")) return model_from_json(read_json_file(name_or_file), name_or_file + ":$");
+  return model_preset(name_or_file);
+}
+
+/// A cluster from "NAME", "NAME:NODES" or a JSON file path.
+inline ClusterSpec load_cluster(const std::string& name_or_file) {
+  if (name_or_file.ends_with(".json")) return cluster_from_json(read_json_file(name_or_file), name_or_file + ":$");
+  return parse_cluster_name(name_or_file);
+}
+
+}  // namespace disagmoe::io

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file cluster_spec.hpp
+/// ClusterSpec: identical nodes of identical GPUs joined by NICs.
+#pragma once
+
+#include <disagmoe/error.hpp>
+#include <disagmoe/spec/dtype.hpp>
+
+#include <cmath>
+#include <string>
+
+namespace disagmoe {
+
+/// One accelerator. FLOP/s are dense (no structured sparsity) peaks.
+struct GpuSpec {
+  std::string name = "gpu";
+  double peak_flops_fp32 = 0;  ///< FLOP/s
+  double peak_flops_bf16 = 0;  ///< FLOP/s; also used for fp16
+  double peak_flops_fp8 = 0;   ///< FLOP/s; 0 when the chip has no fp8 path
+  double hbm_bytes = 0;        ///< device memory, bytes
+  double hbm_bandwidth = 0;    ///< bytes/s
+
+  /// Peak dense FLOP/s for `t`; fp8 falls back to bf16 where the chip has no fp8 path.
+  [[nodiscard]] constexpr double peak_flops(DType t) const {
+    switch (t) {
+      case DType::kFp32: return peak_flops_fp32;
+      case DType::kFp8: return peak_flops_fp8 > 0 ? peak_flops_fp8 : peak_flops_bf16;
+      default: return peak_flops_bf16;
+    }
+  }
+};
+
+/// `nodes` identical nodes, each with `gpus_per_node` GPUs on an intra-node fabric
+/// (NVLink / Infinity Fabric) and `nics_per_node` NICs to the inter-node network.
+/// Bandwidths are per direction.
+struct ClusterSpec {
+  std::string name = "custom";
+  int nodes = 1;
+  int gpus_per_node = 8;
+  GpuSpec gpu;
+  double intra_node_bandwidth = 0;  ///< bytes/s one GPU can send inside its node
+  double intra_node_latency = 0;    ///< seconds per message inside a node
+  int nics_per_node = 0;            ///< inter-node NICs per node
+  double nic_bandwidth = 0;         ///< bytes/s of one NIC, one direction
+  double nic_latency = 0;           ///< seconds per message across nodes
+
+  /// GPUs in the whole cluster.
+  [[nodiscard]] constexpr int gpus() const { return nodes * gpus_per_node; }
+  /// NICs in the whole cluster.
+  [[nodiscard]] constexpr int nics() const { return nodes * nics_per_node; }
+};
+
+/// The same cluster with `nodes` nodes; the name records the change ("h100:4").
+inline ClusterSpec scaled_to_nodes(ClusterSpec c, int nodes, std::string_view field = "nodes") {
+  expect(nodes > 0, field, nodes, "a positive number of nodes");
+  if (nodes != c.nodes) c.name += ":" + std::to_string(nodes);
+  c.nodes = nodes;
+  return c;
+}
+
+/// Throws ConfigError naming `prefix.field`, its value and the valid range.
+inline void validate(const ClusterSpec& c, std::string_view prefix = "ClusterSpec") {
+  const std::string p(prefix);
+  auto positive = [&](const std::string& f, double v) {
+    expect(std::isfinite(v) && v > 0, p + "." + f, v, "a positive finite number");
+  };
+  auto non_negative = [&](const std::string& f, double v) {
+    expect(std::isfinite(v) && v >= 0, p + "." + f, v, "a finite number >= 0");
+  };
+  expect(c.nodes > 0, p + ".nodes", c.nodes, "a positive integer");
+  expect(c.gpus_per_node > 0, p + ".gpus_per_node", c.gpus_per_node, "a positive integer");
+  positive("gpu.peak_flops_fp32", c.gpu.peak_flops_fp32);
+  positive("gpu.peak_flops_bf16", c.gpu.peak_flops_bf16);
+  non_negative("gpu.peak_flops_fp8", c.gpu.peak_flops_fp8);
+  positive("gpu.hbm_bytes", c.gpu.hbm_bytes);
+  positive("gpu.hbm_bandwidth", c.gpu.hbm_bandwidth);
+  if (c.gpus_per_node > 1) positive("intra_node_bandwidth", c.intra_node_bandwidth);
+  else non_negative("intra_node_bandwidth", c.intra_node_bandwidth);
+  non_negative("intra_node_latency", c.intra_node_latency);
+  expect(c.nics_per_node >= 0, p + ".nics_per_node", c.nics_per_node, "an integer >= 0");
+  if (c.nodes > 1) {
+    expect(c.nics_per_node > 0, p + ".nics_per_node", c.nics_per_node,
+           "at least 1 NIC per node when nodes > 1 (" + std::to_string(c.nodes) + ")");
+  }
+  if (c.nics_per_node > 0) positive("nic_bandwidth", c.nic_bandwidth);
+  else non_negative("nic_bandwidth", c.nic_bandwidth);
+  non_negative("nic_latency", c.nic_latency);
+}
+
+}  // namespace disagmoe

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <disagmoe/io/spec_json.hpp>
+#include <disagmoe/spec/presets.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+using namespace disagmoe;
+using io::Json;
+
+namespace {
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A value of the wrong JSON type for `v`: a string for numbers/bools, a number for strings.
+Json wrong_type(const Json& v) { return v.is_string() ? Json(3) : Json("x"); }
+}  // namespace
+
+TEST_CASE("every preset survives a JSON round trip") {
+  for (const auto& name : model_preset_names()) {
+    const ModelSpec m = model_preset(name);
+    const Json j = io::to_json(m);
+    CHECK(io::to_json(io::model_from_json(Json::parse(j.dump()))) == j);
+  }
+  for (const auto& name : cluster_preset_names()) {
+    const ClusterSpec c = cluster_preset(name);
+    const Json j = io::to_json(c);
+    CHECK(io::to_json(io::cluster_from_json(Json::parse(j.dump()))) == j);
+  }
+}
+
+TEST_CASE("a preset with overrides, and scaling a cluster from JSON") {
+  const ClusterSpec c = io::cluster_from_json(Json::parse(R"({"preset": "h100", "nodes": 4})"));
+  CHECK(c.nodes == 4);
+  CHECK(c.gpu.name == "H100-SXM5");
+  const ModelSpec m = io::model_from_json(Json::parse(R"({"preset": "mixtral-8x7b", "seq_len": 32768})"));
+  CHECK(m.seq_len == 32768);
+  CHECK(m.experts == 8);
+}
+
+TEST_CASE("each field with a wrong type is an error naming its JSON path") {
+  const Json model = io::to_json(model_preset("deepseek-moe-16b"));
+  for (const auto& [key, value] : model.items()) {
+    Json bad = model;
+    bad[key] = wrong_type(value);
+    CAPTURE(key);
+    CHECK(error_of([&] { io::model_from_json(bad); }).starts_with("$." + key + " = "));
+  }
+  const Json cluster = io::to_json(cluster_preset("h800x128"));
+  for (const auto& [key, value] : cluster.items()) {
+    Json bad = cluster;
+    bad[key] = wrong_type(value);
+    CAPTURE(key);
+    CHECK(error_of([&] { io::cluster_from_json(bad); }).starts_with("$." + key + " = "));
+  }
+  for (const auto& [key, value] : cluster["gpu"].items()) {
+    Json bad = cluster;
+    bad["gpu"][key] = wrong_type(value);
+    CAPTURE(key);
+    CHECK(error_of([&] { io::cluster_from_json(bad); }).starts_with("$.gpu." + key + " = "));
+  }
+}
+
+TEST_CASE("unknown keys, fractional integers, overflow and range errors name the path") {
+  Json m = io::to_json(model_preset("olmoe-1b-7b"));
+  m["hiden"] = 5;
+  CHECK(error_of([&] { io::model_from_json(m); }).starts_with("$.hiden = \"(unknown key)\": expected one of: preset, name"));
+  m.erase("hiden");
+  m["layers"] = 2.5;
+  CHECK(error_of([&] { io::model_from_json(m); }) == "$.layers = 2.5: expected an integer, not number");
+  m["layers"] = 1LL << 40;
+  CHECK(error_of([&] { io::model_from_json(m); }).starts_with("$.layers = 1099511627776: expected an integer that fits 32 bits"));
+  m["layers"] = 16;
+  m["top_k"] = 65;
+  CHECK(error_of([&] { io::model_from_json(m); }) == "$.top_k = 65: expected 1 <= top_k <= experts (64)");
+  m["top_k"] = 8;
+  m["dtype"] = "int4";
+  CHECK(error_of([&] { io::model_from_json(m); }) == "$.dtype = \"int4\": expected one of fp32, bf16, fp16, fp8");
+  CHECK(error_of([&] { io::model_from_json(Json::array()); }) == "$ = []: expected a JSON object, not array");
+  CHECK(error_of([&] { io::cluster_from_json(Json::parse(R"({"gpu": {"hbm": 1}})")); })
+            .starts_with("$.gpu.hbm = \"(unknown key)\": expected one of: name, peak_flops_fp32"));
+  CHECK(error_of([&] { io::cluster_from_json(Json::parse(R"({"preset": "tpu"})")); })
+            .starts_with("$.preset = \"tpu\": expected a preset name"));
+  CHECK(error_of([&] { io::cluster_from_json(Json::parse(R"({"preset": "h100", "nodes": 0})")); })
+            .starts_with("$.nodes = 0: expected a positive integer"));
+}
+
+TEST_CASE("loading by name or from files") {
+  CHECK(io::load_model("qwen3-30b-a3b").layers == 48);
+  CHECK(io::load_cluster("h200:2").gpus() == 16);
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto good = dir / "disagmoe_test_cluster.json";
+  std::ofstream(good) << R"({"preset": "mi300x", "nodes": 2})";
+  CHECK(io::load_cluster(good.string()).gpus() == 16);
+  const auto broken = dir / "disagmoe_test_broken.json";
+  std::ofstream(broken) << R"({"preset": )";
+  CHECK(error_of([&] { io::load_cluster(broken.string()); }).starts_with("file = \"" + broken.string() + "\": expected valid JSON"));
+  CHECK(error_of([&] { io::load_model((dir / "disagmoe_missing.json").string()); }).find("a readable JSON file") != std::string::npos);
+  std::ofstream(broken) << R"({"layers": "many"})";
+  CHECK(error_of([&] { io::load_model(broken.string()); }).starts_with(broken.string() + ":$.layers = "));
+  std::filesystem::remove(good);
+  std::filesystem::remove(broken);
+}
