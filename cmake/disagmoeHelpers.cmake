@@ -67,3 +67,27 @@ function(disagmoe_add_fuzz)
   endif()
   target_link_libraries(${exe} PRIVATE disagmoe::core ${F_LIBS})
 endfunction()
+
+# disagmoe_add_program_test(NAME name COMMAND prog args... [EXIT code] [EXPECT regex])
+#   Runs a program and checks its exit code (default 0) and that stdout+stderr match
+#   `regex`, so a bad-input test fails if the program crashes instead of reporting.
+set(DISAGMOE_RUN_AND_CHECK "${CMAKE_CURRENT_LIST_DIR}/run_and_check.cmake")
+function(disagmoe_add_program_test)
+  cmake_parse_arguments(T "" "NAME;EXIT;EXPECT" "COMMAND" ${ARGN})
+  if(NOT DEFINED T_EXIT)
+    set(T_EXIT 0)
+  endif()
+  list(POP_FRONT T_COMMAND program)
+  if(TARGET ${program})
+    set(program $<TARGET_FILE:${program}>)
+  endif()
+  set(defs "")
+  set(i 0)
+  foreach(a IN LISTS T_COMMAND)  # one -DARGn per argument: lists do not survive add_test
+    list(APPEND defs "-DARG${i}=${a}")
+    math(EXPR i "${i} + 1")
+  endforeach()
+  add_test(NAME ${T_NAME} COMMAND ${CMAKE_COMMAND} "-DPROGRAM=${program}" "-DARGC=${i}" ${defs}
+           "-DEXIT=${T_EXIT}" "-DEXPECT=${T_EXPECT}" -P "${DISAGMOE_RUN_AND_CHECK}")
+  set_tests_properties(${T_NAME} PROPERTIES LABELS program TIMEOUT 300)
+endfunction()

@@ -1,0 +1,17 @@
+# SPDX-License-Identifier: Apache-2.0
+# cmake -DPROGRAM=p -DARGC=2 -DARG0=a -DARG1=b -DEXIT=n -DEXPECT=regex -P run_and_check.cmake
+set(args "")
+if(ARGC GREATER 0)
+  math(EXPR last "${ARGC} - 1")
+  foreach(i RANGE ${last})
+    list(APPEND args "${ARG${i}}")
+  endforeach()
+endif()
+execute_process(COMMAND "${PROGRAM}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT "${rc}" STREQUAL "${EXIT}")
+  message(FATAL_ERROR "exit status ${rc}, expected ${EXIT}")
+endif()
+if(EXPECT AND NOT "${out}${err}" MATCHES "${EXPECT}")
+  message(FATAL_ERROR "output does not match: ${EXPECT}")
+endif()
