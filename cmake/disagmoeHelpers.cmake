@@ -2,6 +2,9 @@
 # disagmoe_add_test(NAME name SOURCES a.cpp ... [LIBS ...] [LABELS ...] [TIMEOUT s])
 #   One doctest executable per module, registered with ctest under `name`.
 function(disagmoe_add_test)
+  if(DISAGMOE_BUILD_FUZZERS)
+    return()  # the fuzz preset builds only the fuzz targets
+  endif()
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(test_${T_NAME} ${T_SOURCES})
   target_link_libraries(test_${T_NAME} PRIVATE disagmoe_doctest_main disagmoe::core ${T_LIBS})
