@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file afpipe.hpp
+/// AF-Pipe (DisagMoE, arXiv 2605.11005; MISSION.md "AF-Pipe"): attention groups (A) and
+/// FFN groups (F) on disjoint workers, layer l on pair l mod p (interleaved layer
+/// assignment), one-way M2N dispatch A→F and N2M return F→A, stage alignment that fuses
+/// the combine of layer l with the dispatch towards layer l+1 (F_l sends straight to
+/// A_{l+1}), and three streams per worker so that an F-worker sends gradients while it
+/// computes the forward of later micro-batches.
+///
+/// Order per worker (our definition; the paper gives no op-level listing): micro-batches
+/// in groups of `group_size`; the forward stream runs, group by group, every layer the
+/// worker holds round by round (layers i, i+p, ...), each round over the group's
+/// micro-batches (MegaScale-Infer's ping-pong, anchors-style-and-schedules.md B8); the
+/// backward stream runs each group's backward in reverse layer order as soon as its
+/// gradients arrive, concurrently with the next group's forward. At most
+/// `max_in_flight` micro-batches are between their first forward and last backward
+/// (a 1F1B-like activation bound).
+#pragma once
+
+#include <disagmoe/error.hpp>
+#include <disagmoe/schedule/op.hpp>
+#include <disagmoe/schedule/policy.hpp>
+#include <disagmoe/schedule/problem.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace disagmoe::schedule {
+
+/// The AF-Pipe policy. The problem's workers must be p attention workers and p FFN
+/// workers (roles kAttention / kFfn; pair i = the i-th of each). Layer costs are per GPU
+/// of the side that runs them; `dispatch_bytes` per A-GPU, `combine_bytes` per F-GPU.
+struct AFPipe {
+  using policy_concept = schedule_policy_tag;
+  static constexpr std::string_view kName = "afpipe";
+  int group_size = 0;                ///< micro-batches per ping-pong group; 0: min(m, 4p)
+  int max_in_flight = 0;             ///< micro-batches alive at once; 0: 2 × group_size
+  bool fuse_combine_dispatch = true; ///< stage alignment: F_l → A_{l+1} in one transfer
+  bool m2n_uses_sms = true;          ///< M2N/N2M kernels occupy SMs (false: RDMA engine)
+
+  [[nodiscard]] Schedule build(const Problem& pb) const {
+    validate(pb);
+    std::vector<int> a, f;
+    for (int w = 0; w < static_cast<int>(pb.workers.size()); ++w) {
+      const Role r = pb.workers[static_cast<std::size_t>(w)].role;
+      expect(r != Role::kColocated, "workers[" + std::to_string(w) + "].role", to_string(r),
+             "attention or ffn for AF-Pipe");
+      (r == Role::kAttention ? a : f).push_back(w);
+    }
+    const int p = static_cast<int>(a.size());
+    expect(p >= 1 && f.size() == a.size(), "workers", pb.workers.size(),
+           "equal numbers of attention and FFN workers (" + std::to_string(a.size()) + " vs " +
+               std::to_string(f.size()) + ")");
+    const int m = pb.micro_batches, L = static_cast<int>(pb.layers.size());
+    const int g = group_size > 0 ? std::min(group_size, m) : std::min(m, 4 * p);
+    const int window = max_in_flight > 0 ? max_in_flight : 2 * g;
+    expect(window >= g, "max_in_flight", window, "at least group_size (" + std::to_string(g) + ")");
+
+    Schedule s;
+    s.name = std::string(kName);
+    s.workers = pb.workers;
+    for (auto& w : s.workers) w.in_order_comm = false;
+    s.network = pb.network;
+    s.order.resize(s.workers.size());
+    s.tokens_per_step = pb.tokens_per_micro_batch * m;
+    s.flops_per_step = pb.flops_per_micro_batch * m;
+
+    const auto idx = [&](int j, int l) { return static_cast<std::size_t>(j) * static_cast<std::size_t>(L) + static_cast<std::size_t>(l); };
+    const std::size_t cells = static_cast<std::size_t>(m) * static_cast<std::size_t>(L);
+    std::vector<int> arrive(cells, -1);   // forward output of (j, l) available at its consumer
+    std::vector<int> attn_f(cells, -1), exp_f(cells, -1);
+    std::vector<int> grad_out(cells, -1); // gradient of (j, l)'s input available at its producer side
+    std::vector<int> last_bwd(static_cast<std::size_t>(m), -1);
+    const auto A = [&](int l) { return a[static_cast<std::size_t>(l % p)]; };
+    const auto F = [&](int l) { return f[static_cast<std::size_t>(l % p)]; };
+    const auto gpus = [&](int w) { return double(s.workers[static_cast<std::size_t>(w)].gpus); };
+
+    auto compute = [&](OpKind k, int w, Stream st, int j, int l, double sec, std::vector<int> deps) {
+      Op o;
+      o.kind = k;
+      o.stream = st;
+      o.worker = w;
+      o.micro_batch = j;
+      o.layer = l;
+      o.seconds = sec;
+      o.backward = st == Stream::kBackward;
+      o.deps = std::move(deps);
+      return o;
+    };
+    auto comm = [&](OpKind k, int from, int to, int j, int l, double bytes, bool bwd, std::vector<int> deps) {
+      Op o;
+      o.kind = k;
+      o.stream = Stream::kComm;
+      o.worker = from;
+      o.peer = to;
+      o.micro_batch = j;
+      o.layer = l;
+      o.bytes = bytes;
+      o.backward = bwd;
+      o.uses_sms = m2n_uses_sms;
+      o.deps = std::move(deps);
+      return s.add(std::move(o));
+    };
+
+    for (int g0 = 0; g0 < m; g0 += g) {
+      const int g1 = std::min(m, g0 + g);
+      // Forward, layer by layer, so each worker's fwd stream gets (round, micro-batch) order.
+      for (int l = 0; l < L; ++l) {
+        const LayerCost& c = pb.layers[static_cast<std::size_t>(l)];
+        for (int j = g0; j < g1; ++j) {
+          std::vector<int> deps;
+          if (l > 0) deps.push_back(arrive[idx(j, l - 1)]);
+          if (l == 0 && j >= window) deps.push_back(last_bwd[static_cast<std::size_t>(j - window)]);
+          Op at = compute(OpKind::kAttentionForward, A(l), Stream::kForward, j, l, c.attn_fwd, deps);
+          at.alloc_bytes = c.attn_activation_bytes;
+          const int ai = s.add(std::move(at));
+          attn_f[idx(j, l)] = ai;
+          const bool last = l + 1 == L;
+          if (!c.moe) {
+            arrive[idx(j, l)] = (!last && A(l + 1) != A(l))
+                                    ? comm(OpKind::kSend, A(l), A(l + 1), j, l, c.hidden_bytes, false, {ai})
+                                    : ai;
+            continue;
+          }
+          const int di = comm(OpKind::kDispatch, A(l), F(l), j, l, c.dispatch_bytes, false, {ai});
+          Op ex = compute(OpKind::kExpertForward, F(l), Stream::kForward, j, l, c.expert_fwd, {di});
+          ex.alloc_bytes = c.expert_activation_bytes;
+          const int ei = s.add(std::move(ex));
+          exp_f[idx(j, l)] = ei;
+          if (!last && fuse_combine_dispatch) {
+            arrive[idx(j, l)] = comm(OpKind::kCombineDispatch, F(l), A(l + 1), j, l, c.combine_bytes, false, {ei});
+          } else {
+            const int ri = comm(OpKind::kReturn, F(l), A(l), j, l, c.combine_bytes, false, {ei});
+            arrive[idx(j, l)] = (!last && A(l + 1) != A(l))
+                                    ? comm(OpKind::kSend, A(l), A(l + 1), j, l, c.hidden_bytes, false, {ri})
+                                    : ri;
+          }
+        }
+      }
+      // Backward in reverse layer order; gradients flow A_{l+1} → F_l → A_l.
+      for (int l = L - 1; l >= 0; --l) {
+        const LayerCost& c = pb.layers[static_cast<std::size_t>(l)];
+        const bool last = l + 1 == L;
+        for (int j = g0; j < g1; ++j) {
+          // Where the gradient of layer l's output comes from: the loss (after the
+          // forward of the last layer) or layer l+1's attention input-gradient.
+          const int src = last ? arrive[idx(j, l)] : grad_out[idx(j, l + 1)];
+          int at_a = -1;  // gradient present on A(l) for the attention backward
+          if (c.moe) {
+            int to_f;
+            if (!last && fuse_combine_dispatch) {
+              to_f = comm(OpKind::kCombineDispatch, A(l + 1), F(l), j, l, c.combine_bytes * gpus(F(l)) / gpus(A(l + 1)),
+                          true, {src});
+            } else {
+              int at_al = src;
+              if (!last && A(l + 1) != A(l)) at_al = comm(OpKind::kSend, A(l + 1), A(l), j, l, c.hidden_bytes, true, {src});
+              to_f = comm(OpKind::kDispatch, A(l), F(l), j, l, c.combine_bytes * gpus(F(l)) / gpus(A(l)), true, {at_al});
+            }
+            const int eb = s.add(compute(OpKind::kExpertBackwardInput, F(l), Stream::kBackward, j, l, c.expert_bwd,
+                                         {to_f, exp_f[idx(j, l)]}));
+            Op ew = compute(OpKind::kExpertBackwardWeight, F(l), Stream::kBackward, j, l, c.expert_wgrad, {eb});
+            ew.free_bytes = c.expert_activation_bytes;
+            const int ewi = s.add(std::move(ew));
+            at_a = comm(OpKind::kReturn, F(l), A(l), j, l, c.dispatch_bytes * gpus(A(l)) / gpus(F(l)), true, {eb});
+            if (j + 1 == m && c.expert_grad_bytes > 0)
+              comm(OpKind::kAllReduce, F(l), F(l), -1, l, c.expert_grad_bytes, true, {ewi});
+          } else {
+            at_a = (!last && A(l + 1) != A(l)) ? comm(OpKind::kSend, A(l + 1), A(l), j, l, c.hidden_bytes, true, {src})
+                                               : src;
+          }
+          const int ab = s.add(compute(OpKind::kAttentionBackwardInput, A(l), Stream::kBackward, j, l, c.attn_bwd,
+                                       {at_a, attn_f[idx(j, l)]}));
+          Op aw = compute(OpKind::kAttentionBackwardWeight, A(l), Stream::kBackward, j, l, c.attn_wgrad, {ab});
+          aw.free_bytes = c.attn_activation_bytes;
+          const int awi = s.add(std::move(aw));
+          grad_out[idx(j, l)] = ab;
+          if (l == 0) last_bwd[static_cast<std::size_t>(j)] = awi;
+          if (j + 1 == m && c.attn_grad_bytes > 0)
+            comm(OpKind::kAllReduce, A(l), A(l), -1, l, c.attn_grad_bytes, true, {awi});
+        }
+      }
+    }
+    return s;
+  }
+};
+
+static_assert(schedule_policy<AFPipe>);
+
+}  // namespace disagmoe::schedule

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file op.hpp
+/// The op model shared by every schedule policy, the simulator and (later) the runtime:
+/// per worker, per stream, an ordered list of ops with explicit dependencies.
+///
+/// A *worker* is a group of GPUs that execute the same op sequence in lock step on
+/// equal shares of the data (one pipeline stage of a colocated EP job, or one attention
+/// or FFN group of AF-Pipe). Under uniform routing all GPUs of such a group behave
+/// identically, so simulating one representative GPU per group is exact and keeps a
+/// 128-GPU step at a few thousand ops (DESIGN.md §1; vTrain's per-stream node lists with
+/// cross-stream edges, anchors-style-and-schedules.md B10).
+#pragma once
+
+#include <disagmoe/error.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace disagmoe::schedule {
+
+/// What an op does. Compute kinds carry `seconds`, communication kinds carry `bytes`.
+enum class OpKind : std::uint8_t {
+  kAttentionForward,         ///< attention (+ router; + dense FFN on dense layers), forward
+  kAttentionBackwardInput,   ///< attention backward, input gradient ("B"/dgrad)
+  kAttentionBackwardWeight,  ///< attention backward, weight gradient ("W"/wgrad)
+  kExpertForward,            ///< routed experts (+ shared experts), forward
+  kExpertBackwardInput,      ///< experts backward, input gradient
+  kExpertBackwardWeight,     ///< experts backward, weight gradient
+  kDispatch,                 ///< AF-Pipe M2N: attention group -> FFN group, one way
+  kReturn,                   ///< AF-Pipe N2M: FFN group -> attention group, one way
+  kCombineDispatch,          ///< AF-Pipe fused combine of layer l + dispatch towards layer l+1
+  kAllToAll,                 ///< colocated EP dispatch or combine inside one worker
+  kSend,                     ///< pipeline hand-off of the residual stream between workers
+  kAllReduce,                ///< data-parallel gradient all-reduce inside one worker
+};
+
+/// The three streams of a worker (MISSION.md, AF-Pipe "asynchronous execution").
+enum class Stream : std::uint8_t { kForward = 0, kBackward = 1, kComm = 2 };
+/// Number of streams per worker.
+inline constexpr int kStreams = 3;
+
+/// True for kinds that move bytes rather than compute.
+constexpr bool is_comm(OpKind k) { return k >= OpKind::kDispatch; }
+
+/// Short stable name of a kind ("attn_fwd"), used in traces, golden tests and JSON.
+constexpr std::string_view to_string(OpKind k) {
+  switch (k) {
+    case OpKind::kAttentionForward: return "attn_fwd";
+    case OpKind::kAttentionBackwardInput: return "attn_bwd";
+    case OpKind::kAttentionBackwardWeight: return "attn_wgrad";
+    case OpKind::kExpertForward: return "expert_fwd";
+    case OpKind::kExpertBackwardInput: return "expert_bwd";
+    case OpKind::kExpertBackwardWeight: return "expert_wgrad";
+    case OpKind::kDispatch: return "m2n_dispatch";
+    case OpKind::kReturn: return "n2m_return";
+    case OpKind::kCombineDispatch: return "combine_dispatch";
+    case OpKind::kAllToAll: return "all_to_all";
+    case OpKind::kSend: return "send";
+    case OpKind::kAllReduce: return "all_reduce";
+  }
+  return "?";
+}
+
+/// Stream name ("fwd", "bwd", "comm").
+constexpr std::string_view to_string(Stream s) {
+  switch (s) {
+    case Stream::kForward: return "fwd";
+    case Stream::kBackward: return "bwd";
+    case Stream::kComm: return "comm";
+  }
+  return "?";
+}
+
+/// Role of a worker in the layout.
+enum class Role : std::uint8_t { kColocated, kAttention, kFfn };
+
+/// Role name ("colocated", "attention", "ffn").
+constexpr std::string_view to_string(Role r) {
+  switch (r) {
+    case Role::kColocated: return "colocated";
+    case Role::kAttention: return "attention";
+    case Role::kFfn: return "ffn";
+  }
+  return "?";
+}
+
+/// A group of `gpus` identical GPUs spread evenly over nodes
+/// [first_node, first_node + nodes). Bandwidths are per GPU and per direction; the NIC
+/// figure is this group's share of its nodes' NICs (the plan's NIC split).
+struct Worker {
+  std::string name = "w";
+  Role role = Role::kColocated;
+  int gpus = 1;                   ///< GPUs in the group (>= 1)
+  int first_node = 0;             ///< first node the group occupies
+  int nodes = 1;                  ///< nodes it spans; gpus % nodes == 0
+  double nic_bandwidth = 0;       ///< bytes/s per GPU per direction across nodes
+  double nvlink_bandwidth = 0;    ///< bytes/s per GPU per direction inside a node
+  double peak_flops = 0;          ///< FLOP/s per GPU (for MFU)
+  double static_bytes = 0;        ///< per GPU: parameters + gradients + optimizer state
+  /// true: the comm stream runs its ops one at a time in order (a NCCL kernel stream);
+  /// false: each comm op starts as soon as its dependencies are done and concurrent ones
+  /// share bandwidth (a message engine such as an RDMA M2N channel, StepMesh/MegaScale-Infer).
+  bool in_order_comm = true;
+
+  /// GPUs of this group on each of its nodes.
+  [[nodiscard]] constexpr int gpus_per_node() const { return nodes > 0 ? gpus / nodes : 0; }
+};
+
+/// One unit of work on one stream of one worker.
+struct Op {
+  OpKind kind = OpKind::kAttentionForward;
+  Stream stream = Stream::kForward;
+  int worker = 0;          ///< the worker whose stream runs the op (sender for comm)
+  int peer = -1;           ///< comm: receiving worker (== worker for all-to-all/all-reduce)
+  int micro_batch = -1;    ///< -1 when the op is not tied to one micro-batch
+  int layer = -1;          ///< transformer layer, -1 when none
+  int chunk = -1;          ///< chunk of a chunked layer (operator-level overlap), else -1
+  int step = -1;           ///< index of the pipeline action that issued it on its worker, else -1
+  bool backward = false;   ///< carries gradients (backward pass)
+  bool uses_sms = false;   ///< comm kernel occupies SMs: compute on both ends slows down
+  double seconds = 0;      ///< compute: time at the worker's full rate; comm: 0
+  double bytes = 0;        ///< comm: bytes sent per GPU of `worker`
+  double alloc_bytes = 0;  ///< per GPU, allocated when the op starts (stored activations)
+  double free_bytes = 0;   ///< per GPU, released when the op ends
+  std::vector<int> deps;   ///< ids of ops that must finish before this op starts
+};
+
+/// Latencies and contention knobs of the simulated machine.
+struct Network {
+  double nic_latency = 0;        ///< seconds per message crossing nodes
+  double nvlink_latency = 0;     ///< seconds per message inside a node
+  /// Fraction of SMs a comm kernel with `uses_sms` takes; compute on its worker runs at
+  /// (1 - fraction) while it is active (DeepSeek-V3 §3.2.2: 20 of 132 SMs).
+  double comm_sm_fraction = 0;
+};
+
+/// A complete schedule: workers, ops and per-(worker, stream) order.
+struct Schedule {
+  std::string name;                 ///< policy name ("1f1b", "afpipe", ...)
+  std::vector<Worker> workers;
+  Network network;
+  std::vector<Op> ops;
+  /// order[w][s]: op ids run by stream s of worker w, in issue order.
+  std::vector<std::array<std::vector<int>, kStreams>> order;
+  double tokens_per_step = 0;       ///< tokens trained per step (whole job)
+  double flops_per_step = 0;        ///< model FLOPs per step (whole job, fwd + bwd)
+
+  /// Appends `op` to the end of its worker's stream and returns its id.
+  int add(Op op) {
+    if (order.size() < workers.size()) order.resize(workers.size());
+    expect(op.worker >= 0 && op.worker < static_cast<int>(workers.size()), "Op.worker", op.worker,
+           "a worker index below " + std::to_string(workers.size()));
+    const int id = static_cast<int>(ops.size());
+    order[static_cast<std::size_t>(op.worker)][static_cast<std::size_t>(op.stream)].push_back(id);
+    ops.push_back(std::move(op));
+    return id;
+  }
+  /// Total GPUs over all workers.
+  [[nodiscard]] int gpus() const {
+    int n = 0;
+    for (const auto& w : workers) n += w.gpus;
+    return n;
+  }
+};
+
+/// Throws ConfigError naming the first inconsistency: bad worker fields, an op on a
+/// non-existent worker or peer, a dependency id out of range or on itself, negative
+/// costs, or an `order` that does not list every op exactly once on its own stream.
+/// O(ops + deps).
+inline void validate(const Schedule& s) {
+  const int nw = static_cast<int>(s.workers.size());
+  expect(nw > 0, "Schedule.workers", nw, "at least one worker");
+  for (int w = 0; w < nw; ++w) {
+    const auto& k = s.workers[static_cast<std::size_t>(w)];
+    const std::string f = "Schedule.workers[" + std::to_string(w) + "]";
+    expect(k.gpus >= 1, f + ".gpus", k.gpus, "a positive integer");
+    expect(k.nodes >= 1 && k.gpus % k.nodes == 0, f + ".nodes", k.nodes,
+           "a positive divisor of gpus (" + std::to_string(k.gpus) + ")");
+    expect(k.nic_bandwidth >= 0 && k.nvlink_bandwidth >= 0, f + ".nic_bandwidth", k.nic_bandwidth,
+           "non-negative bandwidths");
+  }
+  const int n = static_cast<int>(s.ops.size());
+  std::vector<int> seen(static_cast<std::size_t>(n), 0);
+  expect(static_cast<int>(s.order.size()) == nw, "Schedule.order.size()", s.order.size(),
+         "one entry per worker (" + std::to_string(nw) + ")");
+  for (int w = 0; w < nw; ++w)
+    for (int st = 0; st < kStreams; ++st)
+      for (int id : s.order[static_cast<std::size_t>(w)][static_cast<std::size_t>(st)]) {
+        const std::string f = "Schedule.order[" + std::to_string(w) + "][" + std::to_string(st) + "]";
+        expect(id >= 0 && id < n, f, id, "an op id below " + std::to_string(n));
+        const auto& op = s.ops[static_cast<std::size_t>(id)];
+        expect(op.worker == w && static_cast<int>(op.stream) == st, f, id, "an op of this worker and stream");
+        expect(++seen[static_cast<std::size_t>(id)] == 1, f, id, "each op listed once");
+      }
+  for (int i = 0; i < n; ++i) {
+    const auto& op = s.ops[static_cast<std::size_t>(i)];
+    const std::string f = "Schedule.ops[" + std::to_string(i) + "]";
+    expect(seen[static_cast<std::size_t>(i)] == 1, f, i, "an op listed in its stream's order");
+    expect(op.seconds >= 0 && op.bytes >= 0 && op.alloc_bytes >= 0 && op.free_bytes >= 0, f + ".seconds",
+           op.seconds, "non-negative costs");
+    if (is_comm(op.kind)) {
+      expect(op.peer >= 0 && op.peer < nw, f + ".peer", op.peer, "a worker index below " + std::to_string(nw));
+      expect(op.stream == Stream::kComm, f + ".stream", to_string(op.stream), "comm for a comm op");
+    } else {
+      expect(op.stream != Stream::kComm, f + ".stream", to_string(op.stream), "fwd or bwd for a compute op");
+    }
+    for (int d : op.deps) expect(d >= 0 && d < n && d != i, f + ".deps", d, "another op's id");
+  }
+}
+
+}  // namespace disagmoe::schedule
