@@ -26,3 +26,140 @@ TEST_CASE("a cyclic schedule is reported as a deadlock naming the waits") {
   CHECK(r.waits[0].waiting_on == std::vector<int>{1});
   CHECK(r.deadlock_report.find("waits on op 1") != std::string::npos);
 }
+
+#include <disagmoe/error.hpp>
+
+namespace {
+ds::Schedule two_workers(bool in_order) {
+  ds::Schedule s;
+  s.workers = ds::uniform_workers(2, ds::Role::kColocated, 100.0, 1000.0);
+  for (auto& w : s.workers) w.in_order_comm = in_order;
+  return s;
+}
+ds::Op send(int from, int to, double bytes) {
+  ds::Op o;
+  o.kind = ds::OpKind::kSend;
+  o.stream = ds::Stream::kComm;
+  o.worker = from;
+  o.peer = to;
+  o.bytes = bytes;
+  return o;
+}
+ds::Op work(int w, ds::Stream st, double sec) {
+  ds::Op o;
+  o.worker = w;
+  o.stream = st;
+  o.seconds = sec;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("bandwidth: concurrent flows share a NIC, in-order streams serialise, latency adds") {
+  {
+    auto s = two_workers(false);
+    s.network.nic_latency = 0.5;
+    s.add(send(0, 1, 100));
+    s.add(send(0, 1, 100));
+    const auto r = ds::simulate(s);
+    CHECK(r.timings[0].end == doctest::Approx(2.5));  // two flows at 50 B/s each
+    CHECK(r.timings[1].end == doctest::Approx(2.5));
+    CHECK(r.exposed_comm_seconds == doctest::Approx(2.5));
+  }
+  {
+    auto s = two_workers(true);
+    s.add(send(0, 1, 100));
+    s.add(send(0, 1, 300));
+    const auto r = ds::simulate(s);
+    CHECK(r.timings[0].end == doctest::Approx(1.0));
+    CHECK(r.timings[1].start == doctest::Approx(1.0));
+    CHECK(r.timings[1].end == doctest::Approx(4.0));
+  }
+  {  // a short flow ends early and the long one speeds up: 100 B shared, then alone
+    auto s = two_workers(false);
+    s.add(send(0, 1, 100));
+    s.add(send(0, 1, 300));
+    const auto r = ds::simulate(s);
+    CHECK(r.timings[0].end == doctest::Approx(2.0));
+    CHECK(r.timings[1].end == doctest::Approx(4.0));
+  }
+}
+
+TEST_CASE("bandwidth: M2N into a smaller group is limited by the receivers") {
+  ds::Schedule s;
+  s.workers = ds::uniform_workers(2, ds::Role::kColocated, 100.0, 1000.0);
+  s.workers[0].gpus = 8;  // 8 senders, 4 receivers on other nodes: 2x bytes per receiver
+  s.workers[1].gpus = 4;
+  s.workers[1].first_node = 1;
+  s.add(send(0, 1, 100));
+  CHECK(ds::simulate(s).step_seconds == doctest::Approx(2.0));
+}
+
+TEST_CASE("bandwidth: an all-to-all over 2 nodes splits NIC and NVLink bytes") {
+  ds::Schedule s;
+  s.workers = ds::uniform_workers(1, ds::Role::kColocated, 100.0, 1000.0);
+  s.workers[0].gpus = 16;
+  s.workers[0].nodes = 2;
+  ds::Op a = send(0, 0, 1600);
+  a.kind = ds::OpKind::kAllToAll;
+  s.add(a);
+  // 8 of 16 destinations off-node: 800 B at 100 B/s; 7 on-node peers: 700 B at 1000 B/s.
+  CHECK(ds::simulate(s).step_seconds == doctest::Approx(8.0));
+}
+
+TEST_CASE("compute: fwd and bwd streams share the GPU; SM-using comm slows compute") {
+  {
+    auto s = two_workers(true);
+    s.add(work(0, ds::Stream::kForward, 1.0));
+    s.add(work(0, ds::Stream::kBackward, 2.0));
+    const auto r = ds::simulate(s);
+    CHECK(r.timings[0].end == doctest::Approx(2.0));
+    CHECK(r.timings[1].end == doctest::Approx(3.0));
+    CHECK(r.workers[0].busy_fraction == doctest::Approx(1.0));
+    CHECK(r.workers[1].bubble_fraction == doctest::Approx(1.0));
+    CHECK(r.max_worker_compute_seconds == doctest::Approx(3.0));
+  }
+  {
+    auto s = two_workers(true);
+    s.network.comm_sm_fraction = 0.25;
+    s.add(work(0, ds::Stream::kForward, 3.0));
+    auto c = send(0, 1, 1e6);
+    c.uses_sms = true;
+    s.add(c);
+    // Compute at 0.75 for the whole comm (10000 s) would take 4 s: ends at 4 s.
+    const auto r = ds::simulate(s);
+    CHECK(r.timings[0].end == doctest::Approx(4.0));
+    CHECK(r.workers[0].exposed_comm_seconds == doctest::Approx(1e4 - 4.0));
+  }
+}
+
+TEST_CASE("memory: peak activation follows allocations and frees") {
+  auto s = two_workers(true);
+  auto a = work(0, ds::Stream::kForward, 1.0);
+  a.alloc_bytes = 5;
+  auto b = work(0, ds::Stream::kForward, 1.0);
+  b.alloc_bytes = 7;
+  auto c = work(0, ds::Stream::kBackward, 1.0);
+  c.free_bytes = 12;
+  c.deps = {1};
+  s.add(a);
+  s.add(b);
+  s.add(c);
+  CHECK(ds::simulate(s).peak_activation_bytes == doctest::Approx(12.0));
+}
+
+TEST_CASE("bad schedules are ConfigErrors naming the field") {
+  auto s = two_workers(true);
+  auto a = work(0, ds::Stream::kForward, 1.0);
+  a.deps = {7};
+  s.add(a);
+  CHECK_THROWS_WITH_AS(ds::simulate(s), doctest::Contains("Schedule.ops[0].deps = 7"), disagmoe::ConfigError);
+  auto t = two_workers(true);
+  t.workers[1].nic_bandwidth = 0;
+  t.add(send(0, 1, 10));
+  CHECK_THROWS_WITH_AS(ds::simulate(t), doctest::Contains("nic_bandwidth"), disagmoe::ConfigError);
+  auto u = two_workers(true);
+  auto c = send(0, 1, 10);
+  c.stream = ds::Stream::kForward;
+  u.add(c);
+  CHECK_THROWS_AS(ds::simulate(u), disagmoe::ConfigError);
+}
