@@ -175,8 +175,10 @@ TEST_CASE("heuristic is deterministic per seed whatever the thread count") {
 }
 
 TEST_CASE("correlated placement beats baselines on coupled traces, also across nodes") {
-  const auto fit = make_trace(21, 6000, 4, 64, 4, 8, 0.6, 0.6, 0.3);
-  const auto eval = make_trace(21, 6000, 4, 64, 4, 8, 0.6, 0.6, 0.3);
+  SyntheticTraceSpec spec{.layers = 4, .num_experts = 64, .top_k = 4, .popularity_skew = 0.3, .group_size = 8,
+                          .group_prob = 0.6, .transition_prob = 0.6, .seed = 21};
+  const SyntheticTraceGenerator gen(spec);
+  const auto fit = gen.generate(0, 6000), eval = gen.generate(6000, 6000);  // same model, other tokens
   const Topology topo{16, 8};
   const auto stats = CouplingStats::of(fit);
   const auto home = contiguous_homes(eval.tokens(), 4, 16);

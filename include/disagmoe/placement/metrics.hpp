@@ -31,9 +31,16 @@ struct PlacementMetrics {
   std::vector<double> load_over_mean_per_layer; ///< per layer
 };
 
+/// Tokens of an n-token batch that the contiguous shard puts on GPU g of G: positions
+/// i with floor(i * G / n) = g, i.e. ceil((g+1) n / G) - ceil(g n / G). O(1).
+inline std::int64_t shard_size(std::int64_t n, int gpus, int g) {
+  auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+  return ceil_div((g + 1) * n, gpus) - ceil_div(static_cast<std::int64_t>(g) * n, gpus);
+}
+
 /// Contiguous sequence-parallel shards in batches of `batch_tokens` (0: one batch):
-/// position i of an n-token batch lives on GPU floor(i * G / n). Returns [layer][token].
-/// O(L * T).
+/// position i of an n-token batch lives on GPU floor(i * G / n) at every layer (the
+/// home without token shuffling). Returns [layer][token]. O(L * T).
 inline std::vector<std::int32_t> contiguous_homes(std::int64_t tokens, int layers, int gpus, std::int64_t batch_tokens = 0) {
   expect(batch_tokens >= 0, "batch_tokens", batch_tokens, ">= 0 (0: the whole trace)");
   const std::int64_t batch = batch_tokens > 0 ? batch_tokens : std::max<std::int64_t>(tokens, 1);

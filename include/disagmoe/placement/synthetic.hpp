@@ -18,7 +18,9 @@
 /// At top-2 with group_size 2 and E=128, 0.8% of the pairs (the 64 groups) are chosen
 /// together by about `group_prob` of the tokens: the paper's "0.8% of pairs, 42%".
 /// Every token draws from its own random stream (seed, token), so any chunking of the
-/// token range gives identical tokens.
+/// token range gives identical tokens, and a disjoint range of the same generator
+/// (generate(T, T2)) is a second, independent trace of the same model: fit on one,
+/// evaluate on the other.
 #pragma once
 
 #include <disagmoe/error.hpp>
