@@ -122,6 +122,67 @@ class DualSimplex {
     factored_ = false;
   }
 
+  /// Returns to the all-logical basis (a fresh start after numerical trouble).
+  void reset_basis() {
+    for (int k = 0; k < n_ + m_; ++k) status_[k] = k < n_ ? BasisStatus::kAtLower : BasisStatus::kBasic;
+    head_.resize(m_);
+    for (int r = 0; r < m_; ++r) head_[r] = n_ + r;
+    weight_.assign(m_, 1.0);
+    factored_ = false;
+  }
+
+  /// Removes the rows i with drop[i] whose logical is basic (slack cuts). The basis
+  /// stays valid and optimal: a basic logical's row and column leave B together.
+  void remove_slack_rows(const std::vector<char>& drop) {
+    std::vector<int> new_row(m_, -1);
+    int m2 = 0;
+    for (int i = 0; i < m_; ++i)
+      if (!drop[i] || status_[n_ + i] != BasisStatus::kBasic) new_row[i] = m2++;
+    if (m2 == m_) return;
+    std::vector<int> rstart{0}, ridx;
+    std::vector<double> rval, rscale;
+    const std::size_t keep = static_cast<std::size_t>(n_ + m2);
+    std::vector<double> lb(lb_.begin(), lb_.begin() + n_), ub(ub_.begin(), ub_.begin() + n_);
+    std::vector<double> cost(cost_.begin(), cost_.begin() + n_), tcost(true_cost_.begin(), true_cost_.begin() + n_);
+    std::vector<double> x(x_.begin(), x_.begin() + n_);
+    std::vector<BasisStatus> st(status_.begin(), status_.begin() + n_);
+    for (int i = 0; i < m_; ++i) {
+      if (new_row[i] < 0) continue;
+      for (int k = rstart_[i]; k < rstart_[i + 1]; ++k) {
+        ridx.push_back(ridx_[k]);
+        rval.push_back(rval_[k]);
+      }
+      rstart.push_back(static_cast<int>(ridx.size()));
+      rscale.push_back(row_scale_[i]);
+      lb.push_back(lb_[n_ + i]);
+      ub.push_back(ub_[n_ + i]);
+      cost.push_back(cost_[n_ + i]);
+      tcost.push_back(true_cost_[n_ + i]);
+      x.push_back(x_[n_ + i]);
+      st.push_back(status_[n_ + i]);
+    }
+    std::vector<int> head;
+    std::vector<double> weight;
+    for (int r = 0; r < m_; ++r) {
+      const int k = head_[r];
+      if (k >= n_ && new_row[k - n_] < 0) continue;
+      head.push_back(k < n_ ? k : n_ + new_row[k - n_]);
+      weight.push_back(weight_[r]);
+    }
+    rstart_ = std::move(rstart), ridx_ = std::move(ridx), rval_ = std::move(rval);
+    row_scale_ = std::move(rscale);
+    lb_ = std::move(lb), ub_ = std::move(ub), cost_ = std::move(cost), true_cost_ = std::move(tcost);
+    x_ = std::move(x), status_ = std::move(st), head_ = std::move(head), weight_ = std::move(weight);
+    m_ = m2;
+    d_.assign(keep, 0.0);
+    row_.assign(keep, 0.0);
+    build_columns();
+    factored_ = false;
+  }
+
+  /// Basis status of variable k (column or logical).
+  BasisStatus status(int k) const { return status_[k]; }
+
   /// Solves from the current basis. Stops with kCutoff once the dual objective provably
   /// exceeds `cutoff` (internal minimisation units, without offset).
   LpStatus solve(double cutoff = kInf, Clock::time_point deadline = Clock::time_point::max()) {

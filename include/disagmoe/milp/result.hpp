@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file result.hpp
+/// Options and result of the MILP solver: plain values, no solver code.
+#pragma once
+
+#include <disagmoe/error.hpp>
+#include <disagmoe/milp/problem.hpp>
+
+#include <cmath>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace disagmoe::milp {
+
+/// How a solve ended. Infeasible and unbounded are results, not errors.
+enum class Status : std::uint8_t { kOptimal, kInfeasible, kUnbounded, kTimeLimit, kNodeLimit };
+
+/// "optimal", "infeasible", "unbounded", "time_limit", "node_limit".
+inline std::string_view to_string(Status s) {
+  switch (s) {
+    case Status::kOptimal: return "optimal";
+    case Status::kInfeasible: return "infeasible";
+    case Status::kUnbounded: return "unbounded";
+    case Status::kTimeLimit: return "time_limit";
+    case Status::kNodeLimit: return "node_limit";
+  }
+  return "unknown";
+}
+
+/// A new best solution, passed to `Options::on_incumbent`.
+struct Incumbent {
+  double objective;                 ///< in the problem's sense, with its offset
+  std::span<const double> solution; ///< one value per variable
+  long nodes;                       ///< nodes processed so far
+  double seconds;                   ///< wall time since the solve started
+};
+
+/// Solver settings. Defaults suit both tiny allocation problems and MIPLIB-sized ones.
+struct Options {
+  double time_limit = kInf;     ///< wall-clock seconds; result kTimeLimit when reached
+  long node_limit = -1;         ///< branch-and-bound nodes; -1 = none; result kNodeLimit
+  double rel_gap = 1e-6;        ///< stop when |obj - bound| <= rel_gap * |obj|
+  double abs_gap = 1e-6;        ///< or when |obj - bound| <= abs_gap
+  double integrality_tol = 1e-6;///< |x - round(x)| below this counts as integral
+  double feasibility_tol = 1e-6;///< accepted row/bound violation of a solution
+  int cut_rounds = 20;          ///< rounds of root Gomory mixed-integer cuts (0 = off)
+  bool heuristics = true;       ///< rounding and diving primal heuristics
+  bool verbose = false;         ///< progress lines on stderr
+  /// Called with every improving solution (from the solving thread; keep it cheap).
+  std::function<void(const Incumbent&)> on_incumbent;
+
+  /// Throws ConfigError naming the first invalid field.
+  void validate() const {
+    expect(!std::isnan(time_limit) && time_limit >= 0, "Options.time_limit", time_limit, ">= 0 seconds");
+    expect(node_limit >= -1, "Options.node_limit", node_limit, "-1 (none) or >= 0");
+    expect(rel_gap >= 0 && std::isfinite(rel_gap), "Options.rel_gap", rel_gap, "a finite value >= 0");
+    expect(abs_gap >= 0 && std::isfinite(abs_gap), "Options.abs_gap", abs_gap, "a finite value >= 0");
+    expect(integrality_tol > 0 && integrality_tol < 0.5, "Options.integrality_tol", integrality_tol,
+           "0 < tol < 0.5");
+    expect(feasibility_tol > 0 && feasibility_tol < 1, "Options.feasibility_tol", feasibility_tol,
+           "0 < tol < 1");
+    expect(cut_rounds >= 0, "Options.cut_rounds", cut_rounds, ">= 0");
+  }
+};
+
+/// Outcome of `solve`. `objective` is NaN and `solution` empty when no solution was
+/// found; `bound` is the proven bound on the optimum (lower for minimisation, upper for
+/// maximisation); gap = |objective - bound| / max(|objective|, 1e-10), +inf without a
+/// solution (the CPLEX definition).
+struct Result {
+  Status status = Status::kInfeasible;
+  double objective = std::nan("");
+  double bound = std::nan("");
+  double gap = kInf;
+  std::vector<double> solution;
+  long nodes = 0;
+  long lp_iterations = 0;
+  double seconds = 0;
+  bool has_solution() const { return !solution.empty(); }
+};
+
+}  // namespace disagmoe::milp
