@@ -1,0 +1,476 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file m2n_channel.hpp
+/// `M2NChannel<Transport, Elem>`: the one-way many-to-many token exchange of AF-Pipe
+/// (DisagMoE, arXiv 2605.11005, "M2N / N2M exchange") between M attention ranks
+/// (A-ranks) and N FFN ranks (F-ranks) of a pair group.
+///
+/// Forward (M2N): an A-rank sends each token row once to every F-rank holding any of
+/// its top-k experts (send-once), after a per-destination layout header (step, rows).
+/// The F-rank fans arrived rows out per local expert. Return (N2M, the fused combine):
+/// the F-rank sends one row per (token, A-rank) holding sum_j gate_j * expert_j(x) over
+/// its local slots j (ascending), and the A-rank adds the partial rows of the F-ranks
+/// in ascending F-rank order. Backward mirrors both for dL/dy -> dL/dx and dL/dgate.
+///
+/// Summation contract (bitwise reproducible; see host/token_kernels.hpp):
+///   y_t = P_{d0} + P_{d1} + ... (left to right, d ascending over the F-ranks of t),
+///   P_d = g_{j0} * f_{j0}(x_t) + g_{j1} * f_{j1}(x_t) + ... (j ascending, experts on d).
+///   dL/dx_t likewise with g_j * J_j^T dL/dy_t (computed by the user's expert backward).
+///   dL/dg_tj = sum_c f_j(x_t)[c] * dL/dy_t[c] (c ascending).
+///
+/// Call sequence per step. A-rank: dispatch -> combine [-> backward_dispatch ->
+/// backward_combine]. F-rank: receive -> (fill expert_output) -> send_return
+/// [-> receive_grad -> (fill expert_grad_input) -> send_grad]. One channel carries one
+/// micro-batch at a time; keep one channel per micro-batch in flight.
+///
+/// Buffers are members that only grow, so once sizes stop growing no step allocates.
+#pragma once
+
+#include <disagmoe/backend/host/token_kernels.hpp>
+#include <disagmoe/comm/channel_config.hpp>
+#include <disagmoe/comm/layout.hpp>
+#include <disagmoe/comm/transport.hpp>
+#include <disagmoe/error.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace disagmoe::comm {
+
+/// See the file comment. `T` is held by reference and must outlive the channel.
+template <transport T, class Elem = float>
+class M2NChannel {
+  static_assert(std::is_floating_point_v<Elem>, "M2NChannel rows hold floating-point elements");
+
+ public:
+  /// Which side of the exchange this rank is on.
+  enum class Role { kAttention, kFfn };
+
+  /// Collective over `pair`: validates `config` (ConfigError), then exchanges
+  /// fingerprints with every other rank and throws ConfigError naming the first field
+  /// on which some rank differs, or TimeoutError if a rank does not answer.
+  M2NChannel(T& pair, ChannelConfig config) : pair_(pair), config_(std::move(config)) {
+    validate(config_, pair_.size());
+    m_ = config_.attention_ranks;
+    n_ = config_.ffn_ranks;
+    h_ = static_cast<std::size_t>(config_.hidden);
+    k_ = static_cast<std::size_t>(config_.top_k);
+    role_ = pair_.rank() < m_ ? Role::kAttention : Role::kFfn;
+    pending_.reserve(static_cast<std::size_t>(4 * (m_ + n_) + 8));
+    if (role_ == Role::kFfn) arrival_.set_placement(config_.expert_rank, pair_.rank() - m_);
+    handshake();
+  }
+  M2NChannel(const M2NChannel&) = delete;
+  M2NChannel& operator=(const M2NChannel&) = delete;
+  /// Withdraws anything still in flight (the peers then see a timeout, not garbage).
+  ~M2NChannel() { cancel_pending(); }
+
+  /// This rank's side.
+  Role role() const { return role_; }
+  /// The validated configuration.
+  const ChannelConfig& config() const { return config_; }
+  /// Rows this rank put on the wire in its last dispatch (A) or return (F).
+  std::int64_t last_rows_sent() const { return last_rows_sent_; }
+  /// Payload bytes this rank sent since creation (headers included).
+  std::int64_t bytes_sent() const { return bytes_sent_; }
+
+  // ---- A-rank side -------------------------------------------------------------
+
+  /// Posts the layout headers and the send-once rows of `step` (non-blocking).
+  /// tokens: [T x hidden] row-major; topk_ids, gates: [T x top_k]; T may be 0.
+  /// O(T * (top_k^2 + hidden)).
+  void dispatch(std::int64_t step, std::span<const Elem> tokens,
+                std::span<const std::int32_t> topk_ids, std::span<const float> gates) {
+    enter(Role::kAttention, "dispatch", {State::kIdle, State::kCombined});
+    expect(topk_ids.size() % k_ == 0, "M2NChannel.dispatch topk_ids.size()", topk_ids.size(),
+           "a multiple of top_k");
+    const std::size_t t = topk_ids.size() / k_;
+    if (tokens.size() != t * h_)  // the message is built only on failure: no steady-state allocation
+      fail("M2NChannel.dispatch tokens.size()", tokens.size(), "tokens * hidden (" + std::to_string(t * h_) + ")");
+    expect(gates.size() == topk_ids.size(), "M2NChannel.dispatch gates.size()", gates.size(),
+           "topk_ids.size()");
+    step_ = step;
+    layout_.build(config_.expert_rank, n_, topk_ids, config_.top_k);
+    const auto rows = static_cast<std::size_t>(layout_.total_rows());
+    detail::grow(send_rows_, rows * h_);
+    detail::grow(send_meta_, rows * k_);
+    detail::grow(ret_rows_, rows * h_);
+    host::gather_rows<Elem>(tokens, h_, layout_.row_token(), send_rows_, config_.kernels, false);
+    const auto row_token = layout_.row_token();
+    for (std::size_t r = 0; r < rows; ++r) {
+      const auto tok = static_cast<std::size_t>(row_token[r]);
+      for (std::size_t j = 0; j < k_; ++j)
+        send_meta_[r * k_ + j] = RoutingSlot{topk_ids[tok * k_ + j], gates[tok * k_ + j]};
+    }
+    headers_.resize(static_cast<std::size_t>(n_));
+    pair_.group_begin();
+    for (int d = 0; d < n_; ++d) {
+      const auto c = static_cast<std::size_t>(layout_.count(d));
+      const auto o = static_cast<std::size_t>(layout_.offset(d));
+      headers_[static_cast<std::size_t>(d)] = {step, static_cast<std::int64_t>(c)};
+      if (c > 0) recv(m_ + d, kReturn, span_of(ret_rows_, o * h_, c * h_), "return rows");
+      send(m_ + d, kHeader, span_of(headers_, static_cast<std::size_t>(d), 1), "layout header");
+      if (c > 0) {
+        send(m_ + d, kRows, span_of(send_rows_, o * h_, c * h_), "token rows");
+        send(m_ + d, kMeta, span_of(send_meta_, o * k_, c * k_), "routing slots");
+      }
+    }
+    pair_.group_end();
+    tokens_ = t;
+    last_rows_sent_ = static_cast<std::int64_t>(rows);
+    state_ = State::kDispatched;
+  }
+
+  /// Waits for the F-ranks' partial rows and writes out[t] per the summation contract.
+  /// out: [T x hidden]. Throws TimeoutError naming the F-rank that did not answer.
+  void combine(std::span<Elem> out) {
+    enter(Role::kAttention, "combine", {State::kDispatched});
+    expect(out.size() == tokens_ * h_, "M2NChannel.combine out.size()", out.size(), "tokens * hidden");
+    wait_pending();
+    host::combine_rows<Elem, float>(ret_rows_, h_, layout_.token_offsets(), layout_.token_rows(), {},
+                                    out, config_.kernels);
+    state_ = State::kCombined;
+  }
+
+  /// Posts dL/dy rows (same send-once layout as the forward). grad_out: [T x hidden].
+  void backward_dispatch(std::span<const Elem> grad_out) {
+    enter(Role::kAttention, "backward_dispatch", {State::kCombined});
+    expect(grad_out.size() == tokens_ * h_, "M2NChannel.backward_dispatch grad_out.size()",
+           grad_out.size(), "tokens * hidden");
+    const auto rows = static_cast<std::size_t>(layout_.total_rows());
+    detail::grow(grad_send_, rows * h_);
+    detail::grow(grad_ret_, rows * h_);
+    detail::grow(gate_ret_, rows * k_);
+    host::gather_rows<Elem>(grad_out, h_, layout_.row_token(), grad_send_, config_.kernels, false);
+    pair_.group_begin();
+    for (int d = 0; d < n_; ++d) {
+      const auto c = static_cast<std::size_t>(layout_.count(d));
+      const auto o = static_cast<std::size_t>(layout_.offset(d));
+      if (c == 0) continue;
+      recv(m_ + d, kGradReturn, span_of(grad_ret_, o * h_, c * h_), "gradient rows");
+      recv(m_ + d, kGateGrad, span_of(gate_ret_, o * k_, c * k_), "gate gradients");
+      send(m_ + d, kGradRows, span_of(grad_send_, o * h_, c * h_), "output-gradient rows");
+    }
+    pair_.group_end();
+    state_ = State::kBackwardDispatched;
+  }
+
+  /// Waits for the gradients: grad_tokens [T x hidden] = dL/dx, grad_gates
+  /// [T x top_k] = dL/dgate (each from the one F-rank holding that slot's expert).
+  void backward_combine(std::span<Elem> grad_tokens, std::span<float> grad_gates) {
+    enter(Role::kAttention, "backward_combine", {State::kBackwardDispatched});
+    expect(grad_tokens.size() == tokens_ * h_, "M2NChannel.backward_combine grad_tokens.size()",
+           grad_tokens.size(), "tokens * hidden");
+    expect(grad_gates.size() == tokens_ * k_, "M2NChannel.backward_combine grad_gates.size()",
+           grad_gates.size(), "tokens * top_k");
+    wait_pending();
+    host::combine_rows<Elem, float>(grad_ret_, h_, layout_.token_offsets(), layout_.token_rows(), {},
+                                    grad_tokens, config_.kernels);
+    const auto seg = layout_.token_offsets();
+    const auto rows_of = layout_.token_rows();
+    for (std::size_t t = 0; t < tokens_; ++t) {
+      for (std::size_t j = 0; j < k_; ++j) {
+        const int d = layout_.dest_of_slot(t, j, config_.top_k);
+        for (auto q = seg[t]; q < seg[t + 1]; ++q) {
+          const auto row = rows_of[static_cast<std::size_t>(q)];
+          if (layout_.dest_of_row(row) == d) {
+            grad_gates[t * k_ + j] = gate_ret_[static_cast<std::size_t>(row) * k_ + j];
+            break;
+          }
+        }
+      }
+    }
+    state_ = State::kIdle;
+  }
+
+  // ---- F-rank side -------------------------------------------------------------
+
+  /// Waits for the layout headers and rows of `step` from every A-rank and fans them
+  /// out per local expert. Throws TimeoutError naming a silent A-rank, IoError when
+  /// an A-rank is at another step.
+  void receive(std::int64_t step) {
+    enter(Role::kFfn, "receive", {State::kIdle, State::kReturned, State::kGradSent});
+    wait_pending();  // sends of the previous step
+    step_ = step;
+    headers_.resize(static_cast<std::size_t>(m_));
+    pair_.group_begin();
+    for (int a = 0; a < m_; ++a)
+      recv(a, kHeader, span_of(headers_, static_cast<std::size_t>(a), 1), "layout header");
+    pair_.group_end();
+    wait_pending();
+    from_offset_.resize(static_cast<std::size_t>(m_) + 1);
+    from_offset_[0] = 0;
+    for (int a = 0; a < m_; ++a) {
+      const auto& hd = headers_[static_cast<std::size_t>(a)];
+      if (hd[0] != step || hd[1] < 0) state_ = State::kFailed;  // the peers are out of step
+      if (hd[0] != step) fail<IoError>(peer_field(a, "layout header step"), hd[0], "step " + std::to_string(step));
+      if (hd[1] < 0) fail<IoError>(peer_field(a, "layout header rows"), hd[1], ">= 0");
+      from_offset_[static_cast<std::size_t>(a) + 1] = from_offset_[static_cast<std::size_t>(a)] + hd[1];
+    }
+    const auto rows = static_cast<std::size_t>(from_offset_.back());
+    detail::grow(recv_rows_, rows * h_);
+    detail::grow(recv_meta_, rows * k_);
+    pair_.group_begin();
+    for (int a = 0; a < m_; ++a) {
+      const auto c = static_cast<std::size_t>(headers_[static_cast<std::size_t>(a)][1]);
+      const auto o = static_cast<std::size_t>(from_offset_[static_cast<std::size_t>(a)]);
+      if (c == 0) continue;
+      recv(a, kRows, span_of(recv_rows_, o * h_, c * h_), "token rows");
+      recv(a, kMeta, span_of(recv_meta_, o * k_, c * k_), "routing slots");
+    }
+    pair_.group_end();
+    wait_pending();
+    arrival_.build(std::span<const RoutingSlot>(recv_meta_.data(), rows * k_), config_.top_k);
+    const auto slots = static_cast<std::size_t>(arrival_.total_slots());
+    detail::grow(expert_in_, slots * h_);
+    detail::grow(expert_out_, slots * h_);
+    host::gather_rows<Elem>(recv_rows_, h_, arrival_.expert_row(), expert_in_, config_.kernels, false);
+    state_ = State::kReceived;
+  }
+
+  /// Number of experts on this F-rank.
+  std::size_t local_experts() const { return arrival_.local_experts(); }
+  /// Global id of local expert le (ascending in le).
+  std::int32_t expert_id(std::size_t le) const { return arrival_.expert_id(le); }
+  /// Rows routed to local expert le in this step (may be 0).
+  std::size_t expert_rows(std::size_t le) const {
+    return static_cast<std::size_t>(arrival_.expert_offset(le + 1) - arrival_.expert_offset(le));
+  }
+  /// Input rows of local expert le: [expert_rows(le) x hidden], ordered by (A-rank, token).
+  std::span<const Elem> expert_input(std::size_t le) const { return expert_block(expert_in_, le); }
+  /// Where the user writes expert le's outputs, row for row (kept for dL/dgate).
+  std::span<Elem> expert_output(std::size_t le) { return expert_block(expert_out_, le); }
+  /// Gate of every input row of expert le.
+  std::span<const float> expert_gates(std::size_t le) const {
+    const auto b = static_cast<std::size_t>(arrival_.expert_offset(le));
+    return arrival_.expert_gate().subspan(b, expert_rows(le));
+  }
+
+  /// Combines the expert outputs per arrived row (gate-weighted, slot order) and sends
+  /// each A-rank its partial rows (non-blocking).
+  void send_return() {
+    enter(Role::kFfn, "send_return", {State::kReceived});
+    const auto rows = arrival_.rows();
+    detail::grow(ret_send_, rows * h_);
+    host::combine_rows<Elem, float>(expert_out_, h_, arrival_.row_seg(), arrival_.row_pos(),
+                                    arrival_.row_gate(), ret_send_, config_.kernels);
+    pair_.group_begin();
+    for_each_source([&](int a, std::size_t o, std::size_t c) {
+      send(a, kReturn, span_of(ret_send_, o * h_, c * h_), "return rows");
+    });
+    pair_.group_end();
+    last_rows_sent_ = static_cast<std::int64_t>(rows);
+    state_ = State::kReturned;
+  }
+
+  /// Waits for dL/dy rows and fans them out per expert, scaled by the slot's gate.
+  void receive_grad() {
+    enter(Role::kFfn, "receive_grad", {State::kReturned});
+    wait_pending();
+    const auto rows = arrival_.rows();
+    detail::grow(grad_in_rows_, rows * h_);
+    pair_.group_begin();
+    for_each_source([&](int a, std::size_t o, std::size_t c) {
+      recv(a, kGradRows, span_of(grad_in_rows_, o * h_, c * h_), "output-gradient rows");
+    });
+    pair_.group_end();
+    wait_pending();
+    const auto slots = static_cast<std::size_t>(arrival_.total_slots());
+    detail::grow(expert_gout_, slots * h_);
+    detail::grow(expert_gin_, slots * h_);
+    host::gather_rows_scaled<Elem, float>(grad_in_rows_, h_, arrival_.expert_row(), arrival_.expert_gate(),
+                                          expert_gout_, config_.kernels);
+    state_ = State::kGradReceived;
+  }
+
+  /// gate_j * dL/dy rows of local expert le: [expert_rows(le) x hidden].
+  std::span<const Elem> expert_grad_output(std::size_t le) const { return expert_block(expert_gout_, le); }
+  /// Where the user writes dL/d(expert input) of expert le, row for row.
+  std::span<Elem> expert_grad_input(std::size_t le) { return expert_block(expert_gin_, le); }
+
+  /// Combines input gradients per row, computes dL/dgate, and sends both back.
+  void send_grad() {
+    enter(Role::kFfn, "send_grad", {State::kGradReceived});
+    const auto rows = arrival_.rows();
+    detail::grow(grad_send_, rows * h_);
+    detail::grow(gate_send_, rows * k_);
+    host::combine_rows<Elem, float>(expert_gin_, h_, arrival_.row_seg(), arrival_.row_pos(), {},
+                                    grad_send_, config_.kernels);
+    const auto seg = arrival_.row_seg();
+    for (std::size_t r = 0; r < rows; ++r) {
+      std::fill_n(gate_send_.begin() + static_cast<std::ptrdiff_t>(r * k_), k_, 0.0f);
+      for (auto q = seg[r]; q < seg[r + 1]; ++q) {
+        const auto uq = static_cast<std::size_t>(q);
+        const auto p = static_cast<std::size_t>(arrival_.row_pos()[uq]);
+        gate_send_[r * k_ + static_cast<std::size_t>(arrival_.row_slot()[uq])] = static_cast<float>(
+            host::row_dot(expert_out_.data() + p * h_, grad_in_rows_.data() + r * h_, h_));
+      }
+    }
+    pair_.group_begin();
+    for_each_source([&](int a, std::size_t o, std::size_t c) {
+      send(a, kGradReturn, span_of(grad_send_, o * h_, c * h_), "gradient rows");
+      send(a, kGateGrad, span_of(gate_send_, o * k_, c * k_), "gate gradients");
+    });
+    pair_.group_end();
+    state_ = State::kGradSent;
+  }
+
+ private:
+  enum class State { kIdle, kDispatched, kCombined, kBackwardDispatched, kReceived, kReturned,
+                     kGradReceived, kGradSent, kFailed };
+  enum Tag { kHeader = 0, kRows, kMeta, kReturn, kGradRows, kGradReturn, kGateGrad };
+  struct Pending {
+    typename T::Request req;
+    int peer;
+    const char* what;
+    bool is_send;
+  };
+
+  template <class V>
+  static auto span_of(V& v, std::size_t offset, std::size_t count) {
+    return std::span(v.data() + offset, count);
+  }
+  std::span<Elem> expert_block(std::vector<Elem>& v, std::size_t le) const {
+    return {v.data() + static_cast<std::size_t>(arrival_.expert_offset(le)) * h_, expert_rows(le) * h_};
+  }
+  std::span<const Elem> expert_block(const std::vector<Elem>& v, std::size_t le) const {
+    return {v.data() + static_cast<std::size_t>(arrival_.expert_offset(le)) * h_, expert_rows(le) * h_};
+  }
+
+  /// Calls body(a, first row, rows) for every A-rank that sent rows this step.
+  template <class Body>
+  void for_each_source(Body&& body) {
+    for (int a = 0; a < m_; ++a) {
+      const auto c = static_cast<std::size_t>(headers_[static_cast<std::size_t>(a)][1]);
+      if (c > 0) body(a, static_cast<std::size_t>(from_offset_[static_cast<std::size_t>(a)]), c);
+    }
+  }
+
+  void enter(Role role, const char* call, std::initializer_list<State> allowed) {
+    if (state_ == State::kFailed)
+      fail(channel_field(call), "failed", "a channel that has not timed out (create a new one)");
+    if (role != role_)
+      fail(channel_field(call), role_ == Role::kAttention ? "A-rank" : "F-rank",
+           role == Role::kAttention ? "an A-rank (pair rank < attention_ranks)" : "an F-rank");
+    if (std::find(allowed.begin(), allowed.end(), state_) == allowed.end())
+      fail(channel_field(call), "out of order", "the call sequence of the file comment");
+  }
+
+  template <class V>
+  void send(int peer, int tag, std::span<V> data, const char* what) {
+    pending_.push_back({isend(pair_, peer, config_.tag_base + tag, std::span<const V>(data)), peer, what, true});
+    bytes_sent_ += static_cast<std::int64_t>(data.size_bytes());
+  }
+  template <class V>
+  void recv(int peer, int tag, std::span<V> data, const char* what) {
+    pending_.push_back({irecv(pair_, peer, config_.tag_base + tag, data), peer, what, false});
+  }
+
+  /// Waits for everything posted; on a timeout or an error cancels the rest and
+  /// leaves the channel failed.
+  void wait_pending() {
+    const auto deadline = deadline_after(config_.timeout);
+    std::size_t i = 0;
+    try {
+      for (; i < pending_.size(); ++i) {
+        if (!pair_.wait(pending_[i].req, deadline)) {
+          std::ostringstream field, value;
+          field << channel_field(pending_[i].is_send ? "send" : "receive") << " '" << pending_[i].what
+                << "' " << (pending_[i].is_send ? "to " : "from ") << peer_name(pending_[i].peer);
+          value << "pending after " << config_.timeout.count() << " ms";
+          cancel_pending(i);
+          state_ = State::kFailed;
+          throw TimeoutError(describe(field.str(), value.str(),
+                                      "completion within ChannelConfig.timeout (is the peer silent or dead?)"));
+        }
+      }
+    } catch (const TimeoutError&) {
+      throw;
+    } catch (...) {
+      cancel_pending(i + 1);
+      state_ = State::kFailed;
+      throw;
+    }
+    pending_.clear();
+  }
+
+  void cancel_pending(std::size_t from = 0) noexcept {
+    for (std::size_t i = from; i < pending_.size(); ++i) {
+      try {
+        pair_.cancel(pending_[i].req);
+      } catch (...) {  // cancelling is best effort during unwinding
+      }
+    }
+    pending_.clear();
+  }
+
+  std::string peer_name(int pair_rank) const {
+    std::ostringstream os;
+    if (pair_rank < m_) os << "A-rank " << pair_rank;
+    else os << "F-rank " << pair_rank - m_;
+    os << " (pair rank " << pair_rank << ")";
+    return os.str();
+  }
+  std::string channel_field(const char* call) const {
+    std::ostringstream os;
+    os << "M2NChannel '" << config_.name << "' step " << step_ << ' ' << call;
+    return os.str();
+  }
+  std::string peer_field(int pair_rank, const char* what) const {
+    return channel_field("receive") + " " + what + " from " + peer_name(pair_rank);
+  }
+
+  void handshake() {
+    const int size = pair_.size(), me = pair_.rank();
+    mine_ = ChannelFingerprint::of(config_, sizeof(Elem));
+    theirs_.resize(static_cast<std::size_t>(size));
+    step_ = -1;
+    pair_.group_begin();
+    for (int p = 0; p < size; ++p) {
+      if (p == me) continue;
+      pending_.push_back({irecv(pair_, p, kHandshakeTag, span_of(theirs_, static_cast<std::size_t>(p), 1)), p,
+                          "creation handshake", false});
+      pending_.push_back({isend(pair_, p, kHandshakeTag, std::span<const ChannelFingerprint>(&mine_, 1)), p,
+                          "creation handshake", true});
+    }
+    pair_.group_end();
+    wait_pending();
+    for (int p = 0; p < size; ++p)
+      if (p != me) mine_.check_same(theirs_[static_cast<std::size_t>(p)], config_.name, me, p);
+    state_ = State::kIdle;
+  }
+
+  T& pair_;
+  ChannelConfig config_;
+  int m_ = 0, n_ = 0;
+  std::size_t h_ = 0, k_ = 0;
+  Role role_ = Role::kAttention;
+  State state_ = State::kIdle;
+  std::int64_t step_ = -1;
+  std::size_t tokens_ = 0;
+  std::int64_t last_rows_sent_ = 0, bytes_sent_ = 0;
+  std::vector<Pending> pending_;
+  ChannelFingerprint mine_;
+  std::vector<ChannelFingerprint> theirs_;
+  std::vector<std::array<std::int64_t, 2>> headers_;  // (step, rows) per peer
+  // A side.
+  SendOnceLayout layout_;
+  std::vector<Elem> send_rows_, ret_rows_, grad_send_, grad_ret_;
+  std::vector<RoutingSlot> send_meta_;
+  std::vector<float> gate_ret_;
+  // F side.
+  ArrivalLayout arrival_;
+  std::vector<std::int64_t> from_offset_;
+  std::vector<RoutingSlot> recv_meta_;
+  std::vector<Elem> recv_rows_, expert_in_, expert_out_, ret_send_, grad_in_rows_, expert_gout_,
+      expert_gin_;
+  std::vector<float> gate_send_;
+};
+
+}  // namespace disagmoe::comm
