@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file allocation.hpp
+/// An allocation of a cluster to DisagMoE's attention (A) and FFN (F) groups, and the
+/// analytic model that predicts its step time and memory.
+///
+/// Layout (homogeneous per node): every node gives `attention_gpus_per_node` GPUs and
+/// `attention_nics_per_node` NICs to A workers and `ffn_gpus_per_node` GPUs and
+/// `ffn_nics_per_node` NICs to F workers; the A GPUs of the cluster form `groups` (p)
+/// equal A groups and the F GPUs p equal F groups; pair i holds layers i, i+p, …
+/// (layer_assignment.hpp). A groups are data parallel (each A GPU runs whole
+/// micro-batches); F groups are expert parallel over the experts of their layers.
+/// On a single node A↔F traffic runs over the intra-node links; across nodes it runs
+/// over the NICs each side owns (traffic between GPUs of one node is conservatively
+/// counted as NIC traffic too).
+#pragma once
+
+#include <disagmoe/error.hpp>
+#include <disagmoe/plan/cost_model.hpp>
+#include <disagmoe/plan/layer_assignment.hpp>
+#include <disagmoe/spec/cluster_spec.hpp>
+#include <disagmoe/spec/model_spec.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace disagmoe::plan {
+
+/// What bounds the step: A compute, F compute, or the A↔F network.
+enum class Bottleneck { kAttention, kFfn, kNetwork };
+
+/// "attention" | "ffn" | "network".
+constexpr std::string_view to_string(Bottleneck b) {
+  switch (b) {
+    case Bottleneck::kAttention: return "attention";
+    case Bottleneck::kFfn: return "ffn";
+    default: return "network";
+  }
+}
+
+/// Whether activations are recomputed (Korthikanti et al. 2022, full recomputation).
+enum class RecomputePolicy {
+  kAuto,  ///< plan both ways, keep the faster plan that fits
+  kOff,   ///< never recompute
+  kOn,    ///< always recompute (one extra forward pass: compute × 4/3)
+};
+
+/// Knobs of the planner. All explicit; defaults documented per field.
+struct PlanOptions {
+  int global_batch = 1024;                       ///< sequences per optimizer step
+  Efficiency efficiency{};                       ///< achievable fractions of peak (cost_model.hpp)
+  MemoryOptions memory{.zero1 = true};           ///< state format (ZeRO-1 on, as Megatron's distributed optimizer); `recompute` is set per allocation
+  RecomputePolicy recompute = RecomputePolicy::kAuto;
+  bool dedup = true;                             ///< send each token once per destination F GPU
+  double memory_fraction = 0.9;                  ///< usable share of HBM (allocator workspace, fragmentation)
+  int max_groups = 0;                            ///< upper bound on p; 0 = layers
+};
+
+/// Throws ConfigError naming the first bad field.
+inline void validate(const PlanOptions& o, const ModelSpec& m) {
+  expect(o.global_batch >= 1, "global_batch", o.global_batch, "a positive number of sequences");
+  expect(o.global_batch % m.micro_batch == 0, "global_batch", o.global_batch,
+         "a multiple of micro_batch (" + std::to_string(m.micro_batch) + ")");
+  validate(o.efficiency);
+  expect(std::isfinite(o.memory_fraction) && o.memory_fraction > 0 && o.memory_fraction <= 1, "memory_fraction",
+         o.memory_fraction, "a fraction in (0, 1]");
+  expect(o.max_groups >= 0, "max_groups", o.max_groups, "an integer >= 0 (0 = layers)");
+  expect(o.memory.optimizer_bytes >= 0 && o.memory.grad_bytes >= 0, "memory.optimizer_bytes",
+         o.memory.optimizer_bytes, "bytes >= 0");
+}
+
+/// One candidate allocation (see the file comment for the layout).
+struct Allocation {
+  int groups = 1;                   ///< p: A/F group pairs
+  int attention_gpus_per_node = 1;  ///< GPUs per node given to A workers
+  int ffn_gpus_per_node = 1;        ///< GPUs per node given to F workers
+  int attention_nics_per_node = 0;  ///< NICs per node given to A workers (0 on one node)
+  int ffn_nics_per_node = 0;        ///< NICs per node given to F workers (0 on one node)
+  bool recompute = false;           ///< full activation recomputation
+  friend bool operator==(const Allocation&, const Allocation&) = default;
+};
+
+/// A GPUs in the cluster.
+constexpr int attention_gpus(const Allocation& a, const ClusterSpec& c) { return c.nodes * a.attention_gpus_per_node; }
+/// F GPUs in the cluster.
+constexpr int ffn_gpus(const Allocation& a, const ClusterSpec& c) { return c.nodes * a.ffn_gpus_per_node; }
+/// A NICs in the cluster.
+constexpr int attention_nics(const Allocation& a, const ClusterSpec& c) { return c.nodes * a.attention_nics_per_node; }
+/// F NICs in the cluster.
+constexpr int ffn_nics(const Allocation& a, const ClusterSpec& c) { return c.nodes * a.ffn_nics_per_node; }
+
+/// Why the analytic model says what it says, for one allocation.
+struct StepEstimate {
+  /// Per-micro-batch busy seconds of the slowest pair, by resource: A compute, F
+  /// compute, A-side links, F-side links (Mtotal × this = busy time per step).
+  double attention_seconds = 0;
+  double ffn_seconds = 0;
+  double attention_network_seconds = 0;
+  double ffn_network_seconds = 0;
+  /// The MILP's objective: max of the four above without the once-per-step gradient
+  /// all-reduce (which the four include). Seconds per micro-batch.
+  double bound_seconds = 0;
+  double stage_seconds = 0;     ///< one layer of one wave (g_a micro-batches) on the bottleneck resource
+  double round_seconds = 0;     ///< one wave through every pair once (R), incl. message latencies
+  double step_seconds = 0;      ///< predicted optimizer step
+  double tokens_per_second = 0; ///< global_batch × seq_len / step_seconds
+  double waves = 0;             ///< W = micro-batches per step / A group size
+  bool ring_bound = false;      ///< too few waves to fill the ring: rounds × R > busy time
+  Bottleneck bottleneck = Bottleneck::kAttention;
+  FitReport memory;             ///< largest A and F worker
+  [[nodiscard]] bool fits() const { return memory.fits(); }
+};
+
+/// The analytic step-time and memory model of DisagMoE allocations for one model,
+/// cluster and option set. Construction precomputes per-layer costs (O(layers));
+/// `estimate` is O(layers + k).
+class AnalyticModel {
+ public:
+  /// Validates the three inputs (ConfigError naming the bad field).
+  AnalyticModel(ModelSpec m, ClusterSpec c, PlanOptions o) : m_(std::move(m)), c_(std::move(c)), o_(std::move(o)) {
+    validate(m_);
+    validate(c_);
+    validate(o_, m_);
+    const double peak = c_.gpu.peak_flops(m_.dtype);
+    const DispatchOptions one{1, false, 1};
+    for (int l = 0; l < m_.layers; ++l) {
+      const LayerCost lc = layer_cost(m_, l);
+      // Full recomputation reruns the forward pass before the backward one (Korthikanti
+      // et al. 2022 §5: ≈ 33% more compute for 6 → 8 passes' worth of FLOPs).
+      const PassFlops a = lc.attention_side(), r = lc.experts, o = lc.shared_experts + lc.dense_ffn;
+      const double ea = peak * o_.efficiency.attention, ef = peak * o_.efficiency.ffn;
+      for (int rc = 0; rc < 2; ++rc) {
+        attention_s_[rc].push_back((a.total() + rc * a.forward) / ea);
+        routed_s_[rc].push_back((r.total() + rc * r.forward) / ef);
+        other_s_[rc].push_back((o.total() + rc * o.forward) / ef);
+      }
+      row_bytes_per_token_.push_back(dispatch_bytes(m_, l, one) / double(m_.tokens_per_micro_batch()));
+      attention_params_.push_back(double(attention_side_params(m_, l)));
+      replicated_ffn_params_.push_back(
+          m_.is_moe_layer(l) ? double(m_.shared_experts) * double(gated_ffn_params(m_, m_.shared_expert_ffn))
+                             : double(gated_ffn_params(m_, m_.dense_ffn)));
+    }
+    micro_batches_ = o_.global_batch / m_.micro_batch;
+    capacity_ = c_.gpu.hbm_bytes * o_.memory_fraction;
+  }
+
+  [[nodiscard]] const ModelSpec& model() const { return m_; }
+  [[nodiscard]] const ClusterSpec& cluster() const { return c_; }
+  [[nodiscard]] const PlanOptions& options() const { return o_; }
+  /// Micro-batches per optimizer step (all A GPUs together).
+  [[nodiscard]] int micro_batches() const { return micro_batches_; }
+  /// Usable bytes per GPU.
+  [[nodiscard]] double capacity() const { return capacity_; }
+  /// Largest p considered.
+  [[nodiscard]] int max_groups() const { return o_.max_groups > 0 ? std::min(o_.max_groups, m_.layers) : m_.layers; }
+
+  /// A group size for p pairs and a A GPUs per node; 0 when the A GPUs do not split evenly.
+  [[nodiscard]] int group_size(int p, int per_node) const {
+    const int total = c_.nodes * per_node;
+    return (p >= 1 && per_node >= 1 && total % p == 0) ? total / p : 0;
+  }
+  /// True when (p, a) is a usable A side: even split and no A GPU without a micro-batch.
+  [[nodiscard]] bool valid_attention(int p, int a) const {
+    const int g = group_size(p, a);
+    return p >= 1 && p <= max_groups() && g >= 1 && g <= micro_batches_;
+  }
+  /// True when (p, f) is a usable F side: even split, at least one expert per F GPU.
+  /// Experts need not divide evenly: the busiest GPU holds ceil(E / g) of them.
+  [[nodiscard]] bool valid_ffn(int p, int f) const {
+    const int g = group_size(p, f);
+    return p >= 1 && p <= max_groups() && g >= 1 && g <= m_.experts;
+  }
+  /// True when the NIC counts are usable: 0 and 0 on one node, else >= 1 each.
+  [[nodiscard]] bool valid_nics(int na, int nf) const {
+    if (c_.nodes == 1) return na == 0 && nf == 0;
+    return na >= 1 && nf >= 1 && na + nf <= c_.nics_per_node;
+  }
+  /// Structural validity of `x` (counts, divisibility, recompute policy).
+  [[nodiscard]] bool valid(const Allocation& x) const {
+    if (o_.recompute == RecomputePolicy::kOff && x.recompute) return false;
+    if (o_.recompute == RecomputePolicy::kOn && !x.recompute) return false;
+    return x.attention_gpus_per_node + x.ffn_gpus_per_node <= c_.gpus_per_node && valid_attention(x.groups, x.attention_gpus_per_node) &&
+           valid_ffn(x.groups, x.ffn_gpus_per_node) && valid_nics(x.attention_nics_per_node, x.ffn_nics_per_node);
+  }
+
+  /// Max over pairs of Σ A seconds (one micro-batch, one GPU) of the pair's layers.
+  [[nodiscard]] double attention_pair_seconds(int p, bool rc) const { return max_pair_sum(p, attention_s_[rc]); }
+  /// Max over pairs of the seconds the busiest GPU of an F group of `g` spends on one
+  /// micro-batch of the pair's layers: routed experts × ceil(E/g)/E (uniform routing,
+  /// the GPU with the most experts gets the most tokens) + shared/dense FFN / g.
+  [[nodiscard]] double ffn_pair_seconds(int p, int g, bool rc) const {
+    const double share = double((m_.experts + g - 1) / g) / m_.experts;
+    double best = 0;
+    for (int i = 0; i < p; ++i) {
+      double s = 0;
+      for (int l = i; l < m_.layers; l += p) s += routed_s_[rc][l] * share + other_s_[rc][l] / g;
+      best = std::max(best, s);
+    }
+    return best;
+  }
+  /// Max over pairs of Σ bytes one micro-batch moves across one side's links per
+  /// pass-pair (dispatch + return of every layer of the pair), F group of `ffn_group`.
+  [[nodiscard]] double pair_bytes(int p, int ffn_group) const {
+    const double rows = moe_rows(ffn_group), t = double(m_.tokens_per_micro_batch());
+    double best = 0;
+    for (int i = 0; i < p; ++i) {
+      double s = 0;
+      for (int l = i; l < m_.layers; l += p) s += 2 * t * row_bytes_per_token_[l] * (m_.is_moe_layer(l) ? rows : 1);
+      best = std::max(best, s);
+    }
+    return best;
+  }
+  /// Rows per token of an MoE layer sent to an F group of `g` (cost_model.hpp).
+  [[nodiscard]] double moe_rows(int g) const {
+    return o_.dedup ? expected_distinct_gpus(m_.experts, m_.top_k, g) : double(m_.top_k);
+  }
+  /// Bytes/s of one side's links: NICs (multi-node) or the GPUs' intra-node links.
+  [[nodiscard]] double side_bandwidth(int p, int gpus_per_node, int nics_per_node) const {
+    if (c_.nodes == 1) return double(gpus_per_node) / p * c_.intra_node_bandwidth * o_.efficiency.network;
+    return double(c_.nodes) * nics_per_node / p * c_.nic_bandwidth * o_.efficiency.network;
+  }
+
+  /// Micro-batches whose activations one A worker keeps: min(W, 2p) with W =
+  /// micro-batches / A group size, the pipeline depth in compute stages (1F1B bounds
+  /// the in-flight micro-batches by the depth: Narayanan et al. 2021 §2.2).
+  [[nodiscard]] double attention_in_flight(int p, int a) const {
+    return std::min(double(micro_batches_) / group_size(p, a), 2.0 * p);
+  }
+  /// Micro-batches in flight through a pair: A group size × attention_in_flight =
+  /// min(micro-batches, 2 · nodes · a) — it depends on a only.
+  [[nodiscard]] double pair_in_flight(int a) const {
+    return std::min(double(micro_batches_), 2.0 * c_.nodes * a);
+  }
+  /// Largest A worker over the pairs for p pairs, a A GPUs per node. O(layers).
+  [[nodiscard]] MemoryBytes attention_memory(int p, int a, bool rc) const {
+    MemoryBytes worst;
+    for (const WorkerLoad& w : loads(p, group_size(p, a), 1, attention_in_flight(p, a), 0)) {
+      const MemoryBytes b = attention_worker_memory(m_, w, memory_options(rc));
+      if (b.total() > worst.total()) worst = b;
+    }
+    return worst;
+  }
+  /// F worker memory of pair i for p pairs, f F GPUs per node, as static bytes plus
+  /// bytes per micro-batch in flight through the pair (it is linear in that). O(layers).
+  [[nodiscard]] std::vector<std::pair<double, double>> ffn_memory_terms(int p, int f, bool rc) const {
+    std::vector<std::pair<double, double>> terms;
+    const MemoryOptions mo = memory_options(rc);
+    for (const WorkerLoad& w0 : loads(p, 1, group_size(p, f), 1, 0)) {
+      WorkerLoad w1 = w0;
+      w1.ffn_in_flight = 1;
+      const double fixed = ffn_worker_memory(m_, w0, mo).total();
+      terms.emplace_back(fixed, ffn_worker_memory(m_, w1, mo).total() - fixed);
+    }
+    return terms;
+  }
+
+  /// Memory of the largest A and F worker of `x` (in flight as attention_in_flight).
+  [[nodiscard]] FitReport memory(const Allocation& x) const {
+    const int p = x.groups, ga = group_size(p, x.attention_gpus_per_node), gf = group_size(p, x.ffn_gpus_per_node);
+    const double in_flight = attention_in_flight(p, x.attention_gpus_per_node);
+    return check_fit(m_, loads(p, ga, gf, in_flight, in_flight * ga), capacity_, memory_options(x.recompute));
+  }
+
+  /// Predicts step time and memory of `x`. Precondition: valid(x) (ConfigError
+  /// otherwise). Model: per-micro-batch busy time of each resource of each pair;
+  /// the bottleneck sets the throughput, a closed cyclic pipeline of W waves cannot
+  /// go faster than one round trip R per round (asymptotic bounds of closed queueing
+  /// networks, X ≤ min(N/R, 1/D_max): Lazowska et al. 1984, "Quantitative System
+  /// Performance", §5.2), plus one fill/drain: step = max(M·S, rounds·R) + R − s.
+  [[nodiscard]] StepEstimate estimate(const Allocation& x) const {
+    expect(valid(x), "allocation", describe_allocation(x), "a valid allocation for " + c_.name);
+    StepEstimate e;
+    const int p = x.groups, ga = group_size(p, x.attention_gpus_per_node), gf = group_size(p, x.ffn_gpus_per_node);
+    const auto groups = interleaved_groups(m_.layers, p);
+    const double bw_a = side_bandwidth(p, x.attention_gpus_per_node, x.attention_nics_per_node);
+    const double bw_f = side_bandwidth(p, x.ffn_gpus_per_node, x.ffn_nics_per_node);
+    const double latency = c_.nodes == 1 ? c_.intra_node_latency : c_.nic_latency;
+    const double grad_bytes = o_.memory.grad_bytes > 0 ? o_.memory.grad_bytes : bytes_of(m_.dtype);
+    const double mb = micro_batches_, rows = moe_rows(gf), t = double(m_.tokens_per_micro_batch());
+    const double share = double((m_.experts + gf - 1) / gf) / m_.experts;
+    double bound = 0, busy = 0;
+    for (int i = 0; i < p; ++i) {
+      double ta = 0, tf = 0, bytes = 0, params_a = 0, params_f = 0;
+      for (int l : groups[i]) {
+        ta += attention_s_[x.recompute][l];
+        tf += routed_s_[x.recompute][l] * share + other_s_[x.recompute][l] / gf;
+        bytes += 2 * t * row_bytes_per_token_[l] * (m_.is_moe_layer(l) ? rows : 1);
+        params_a += attention_params_[l];
+        params_f += replicated_ffn_params_[l];
+      }
+      const double a = ta / ga, f = tf, na = bytes / bw_a, nf = bytes / bw_f;
+      bound = std::max({bound, a, f, na, nf});
+      // Once per step: ring all-reduce of the replicated gradients, every rank sending
+      // 2(g-1)/g of them over its share of the side's links, amortised per micro-batch.
+      const double ar_a = double(ga) * ring_all_reduce_bytes(params_a * grad_bytes, ga) / bw_a / mb;
+      const double ar_f = double(gf) * ring_all_reduce_bytes(params_f * grad_bytes, gf) / bw_f / mb;
+      const double pair_busy = std::max({a, f, na + ar_a, nf + ar_f});
+      if (pair_busy > busy) {
+        busy = pair_busy;
+        e.attention_seconds = a;
+        e.ffn_seconds = f;
+        e.attention_network_seconds = na + ar_a;
+        e.ffn_network_seconds = nf + ar_f;
+      }
+      // Round trip of one wave through this pair, per layer: A, A→F, F, F→A.
+      const double per_layer = double(ga) / double(groups[i].size());
+      e.round_seconds += per_layer * (a + f + 2 * std::max(na, nf)) + 2 * latency;
+    }
+    e.bound_seconds = bound;
+    if (busy == e.attention_seconds) e.bottleneck = Bottleneck::kAttention;
+    else if (busy == e.ffn_seconds) e.bottleneck = Bottleneck::kFfn;
+    else e.bottleneck = Bottleneck::kNetwork;
+    const double rounds = std::ceil(double(m_.layers) / p);
+    e.waves = mb / ga;
+    e.stage_seconds = busy * ga / rounds;
+    e.ring_bound = rounds * e.round_seconds > mb * busy;
+    e.step_seconds = std::max(mb * busy, rounds * e.round_seconds) + std::max(0.0, e.round_seconds - e.stage_seconds);
+    e.tokens_per_second = double(o_.global_batch) * m_.seq_len / e.step_seconds;
+    e.memory = memory(x);
+    return e;
+  }
+
+  /// "p=4 A=3/node(4 NIC) F=5/node(4 NIC) recompute=off" for messages.
+  [[nodiscard]] std::string describe_allocation(const Allocation& x) const {
+    return "p=" + std::to_string(x.groups) + " A=" + std::to_string(x.attention_gpus_per_node) + "/node(" +
+           std::to_string(x.attention_nics_per_node) + " NIC) F=" + std::to_string(x.ffn_gpus_per_node) + "/node(" +
+           std::to_string(x.ffn_nics_per_node) + " NIC) recompute=" + (x.recompute ? "on" : "off");
+  }
+
+  /// Recompute settings the policy allows, off first.
+  [[nodiscard]] std::vector<bool> recompute_choices() const {
+    switch (o_.recompute) {
+      case RecomputePolicy::kOff: return {false};
+      case RecomputePolicy::kOn: return {true};
+      default: return {false, true};
+    }
+  }
+
+ private:
+  [[nodiscard]] MemoryOptions memory_options(bool rc) const {
+    MemoryOptions mo = o_.memory;
+    mo.recompute = rc;
+    return mo;
+  }
+  [[nodiscard]] std::vector<WorkerLoad> loads(int p, int ga, int gf, double a_in_flight, double f_in_flight) const {
+    std::vector<WorkerLoad> v;
+    const auto groups = interleaved_groups(m_.layers, p);
+    for (int i = 0; i < p; ++i) {
+      WorkerLoad w;
+      w.layers = groups[static_cast<std::size_t>(i)];
+      w.attention_group_size = ga;
+      w.ffn_group_size = gf;
+      w.holds_embedding = i == 0;
+      w.holds_head = i == (m_.layers - 1) % p;
+      w.attention_in_flight = a_in_flight;
+      w.ffn_in_flight = f_in_flight;
+      v.push_back(std::move(w));
+    }
+    return v;
+  }
+  [[nodiscard]] double max_pair_sum(int p, const std::vector<double>& v) const {  // O(layers)
+    double best = 0;
+    for (int i = 0; i < p; ++i) {
+      double s = 0;
+      for (int l = i; l < m_.layers; l += p) s += v[static_cast<std::size_t>(l)];
+      best = std::max(best, s);
+    }
+    return best;
+  }
+
+  ModelSpec m_;
+  ClusterSpec c_;
+  PlanOptions o_;
+  // [recompute][layer]: seconds of one micro-batch on one GPU (A side, routed experts,
+  // shared experts + dense FFN).
+  std::vector<double> attention_s_[2], routed_s_[2], other_s_[2];
+  std::vector<double> row_bytes_per_token_;    // bytes of one row per token (1 row)
+  std::vector<double> attention_params_;       // A-side parameters per layer
+  std::vector<double> replicated_ffn_params_;  // shared experts / dense FFN parameters per layer
+  int micro_batches_ = 0;
+  double capacity_ = 0;
+};
+
+/// Calls `f(x)` for every valid allocation of `model` (p, GPUs and NICs per node,
+/// recompute). O(p_max · gpn² · nics² · 2) calls.
+template <class F>
+void for_each_allocation(const AnalyticModel& model, F&& f) {
+  const ClusterSpec& c = model.cluster();
+  const int nic_max = c.nodes == 1 ? 0 : c.nics_per_node;
+  for (bool rc : model.recompute_choices())
+    for (int p = 1; p <= model.max_groups(); ++p)
+      for (int a = 1; a < c.gpus_per_node; ++a) {
+        if (!model.valid_attention(p, a)) continue;
+        for (int fg = 1; a + fg <= c.gpus_per_node; ++fg) {
+          if (!model.valid_ffn(p, fg)) continue;
+          for (int na = 0; na <= nic_max; ++na)
+            for (int nf = 0; na + nf <= nic_max; ++nf) {
+              if (!model.valid_nics(na, nf)) continue;
+              f(Allocation{p, a, fg, na, nf, rc});
+            }
+        }
+      }
+}
+
+/// The result of searching allocations by exhaustive enumeration.
+struct EnumerationResult {
+  bool found = false;            ///< some valid allocation fits memory
+  Allocation best;               ///< minimises bound_seconds among those that fit (ties: first found)
+  double bound_seconds = std::numeric_limits<double>::infinity();
+  long evaluations = 0;          ///< allocations evaluated
+};
+
+/// Exhaustive oracle for the MILP: the allocation that fits memory with the smallest
+/// bound_seconds (the MILP objective). O(#allocations · layers).
+inline EnumerationResult enumerate_best_bound(const AnalyticModel& model) {
+  EnumerationResult r;
+  for_each_allocation(model, [&](const Allocation& x) {
+    ++r.evaluations;
+    const StepEstimate e = model.estimate(x);
+    if (e.fits() && e.bound_seconds < r.bound_seconds) {
+      r.found = true;
+      r.best = x;
+      r.bound_seconds = e.bound_seconds;
+    }
+  });
+  return r;
+}
+
+}  // namespace disagmoe::plan

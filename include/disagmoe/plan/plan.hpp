@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file plan.hpp
+/// `Plan`: what the allocator decided and why — group sizes, NIC split, layer
+/// assignment, predicted step time and memory, roofline, and how the search went.
+/// A plain value; JSON in plan_json.hpp.
+#pragma once
+
+#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/layer_assignment.hpp>
+#include <disagmoe/plan/local_search.hpp>
+#include <disagmoe/plan/roofline.hpp>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace disagmoe::plan {
+
+/// A planned deployment of one model on one cluster.
+struct Plan {
+  std::string model;                          ///< ModelSpec::name
+  std::string cluster;                        ///< ClusterSpec::name
+  int seq_len = 0;                            ///< tokens per sequence
+  int micro_batch = 0;                        ///< sequences per micro-batch
+  int global_batch = 0;                       ///< sequences per step
+  Allocation allocation;                      ///< the chosen allocation
+  int attention_gpus = 0;                     ///< A GPUs in the cluster
+  int attention_nics = 0;                     ///< A NICs in the cluster
+  int ffn_gpus = 0;                           ///< F GPUs in the cluster
+  int ffn_nics = 0;                           ///< F NICs in the cluster
+  int attention_group_size = 0;               ///< GPUs per A group
+  int ffn_group_size = 0;                     ///< GPUs per F group (expert-parallel size)
+  std::vector<std::vector<int>> layer_groups; ///< layers of each pair (interleaved)
+  StepEstimate predicted;                     ///< analytic prediction of the chosen allocation
+  RooflinePoint attention_roofline;           ///< attention on its roof
+  RooflinePoint ffn_roofline;                 ///< FFN on its roof
+  double turning_point = 0;                   ///< hardware Î of the cluster (FLOP/byte)
+  Allocation seed;                            ///< MILP seed
+  double seed_bound_seconds = 0;              ///< MILP objective at the seed (s per micro-batch)
+  double seed_step_seconds = 0;               ///< oracle's step time at the seed
+  double step_seconds = 0;                    ///< oracle's step time at the plan
+  long evaluations = 0;                       ///< oracle calls of the local search
+  long milp_nodes = 0;                        ///< branch-and-bound nodes of the seed
+  bool budget_exhausted = false;              ///< the local search ran out of evaluations
+
+  /// seed_step_seconds / step_seconds (>= 1).
+  [[nodiscard]] double gain() const { return step_seconds > 0 ? seed_step_seconds / step_seconds : 1.0; }
+
+  /// One sentence on what bounds the step and why.
+  [[nodiscard]] std::string explanation() const {
+    std::ostringstream s;
+    s.precision(3);
+    const StepEstimate& e = predicted;
+    const double ms = 1e3;
+    s << "The step is bound by ";
+    switch (e.bottleneck) {
+      case Bottleneck::kAttention:
+        s << "attention compute: each of the " << attention_gpus << " attention GPUs spends " << e.attention_seconds * ms
+          << " ms per micro-batch against " << e.ffn_seconds * ms << " ms on the FFN side and "
+          << std::max(e.attention_network_seconds, e.ffn_network_seconds) * ms << " ms on the links";
+        break;
+      case Bottleneck::kFfn:
+        s << "FFN compute: " << e.ffn_seconds * ms << " ms per micro-batch on the " << ffn_gpus
+          << " FFN GPUs against " << e.attention_seconds * ms << " ms of attention and "
+          << std::max(e.attention_network_seconds, e.ffn_network_seconds) * ms << " ms on the links";
+        break;
+      default: {
+        const bool f_side = e.ffn_network_seconds >= e.attention_network_seconds;
+        s << "the network on the " << (f_side ? "FFN" : "attention") << " side: "
+          << std::max(e.attention_network_seconds, e.ffn_network_seconds) * ms << " ms per micro-batch over "
+          << (f_side ? ffn_nics : attention_nics) << " NICs against " << e.attention_seconds * ms
+          << " ms of attention and " << e.ffn_seconds * ms << " ms of FFN compute";
+      }
+    }
+    s << "; attention intensity " << attention_roofline.intensity << " FLOP/B is "
+      << (attention_roofline.network_bound() ? "below" : "above") << " its turning point "
+      << attention_roofline.turning_point() << ", FFN intensity " << ffn_roofline.intensity << " FLOP/B is "
+      << (ffn_roofline.network_bound() ? "below" : "above") << " its " << ffn_roofline.turning_point();
+    if (e.ring_bound)
+      s << "; only " << e.waves << " waves of micro-batches circulate through the " << layer_groups.size()
+        << "-pair ring, too few to hide its round trip, so the step is latency-bound";
+    s << ".";
+    return s.str();
+  }
+};
+
+/// Assembles a Plan for allocation `x` found by search `r` (seed MILP objective
+/// `seed_bound`, `milp_nodes` branch-and-bound nodes). O(layers · k).
+inline Plan make_plan(const AnalyticModel& model, const Allocation& x, const SearchResult& r, double seed_bound,
+                      long milp_nodes) {
+  const ModelSpec& m = model.model();
+  const ClusterSpec& c = model.cluster();
+  Plan p;
+  p.model = m.name;
+  p.cluster = c.name;
+  p.seq_len = m.seq_len;
+  p.micro_batch = m.micro_batch;
+  p.global_batch = model.options().global_batch;
+  p.allocation = x;
+  p.attention_gpus = attention_gpus(x, c);
+  p.attention_nics = attention_nics(x, c);
+  p.ffn_gpus = ffn_gpus(x, c);
+  p.ffn_nics = ffn_nics(x, c);
+  p.attention_group_size = model.group_size(x.groups, x.attention_gpus_per_node);
+  p.ffn_group_size = model.group_size(x.groups, x.ffn_gpus_per_node);
+  p.layer_groups = interleaved_groups(m.layers, x.groups);
+  p.predicted = model.estimate(x);
+  const RooflineModel roof(model, x);
+  p.attention_roofline = roof.attention();
+  p.ffn_roofline = roof.ffn();
+  p.turning_point = roof.turning_point();
+  p.seed = r.seed;
+  p.seed_bound_seconds = seed_bound;
+  p.seed_step_seconds = r.seed_step_seconds;
+  p.step_seconds = r.best_step_seconds;
+  p.evaluations = r.evaluations;
+  p.milp_nodes = milp_nodes;
+  p.budget_exhausted = r.budget_exhausted;
+  return p;
+}
+
+}  // namespace disagmoe::plan

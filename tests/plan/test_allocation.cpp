@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+// Layer assignment, worker memory (against an explicit tensor list), the analytic
+// allocation model, and the MILP formulation (every allocation is a feasible MILP
+// point with objective = its bound iff it fits; the MILP optimum = enumeration).
+#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/allocation_milp.hpp>
+#include <disagmoe/spec/presets.hpp>
+
+#include "tiny_model.hpp"
+
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+using namespace disagmoe;
+using namespace disagmoe::plan;
+
+namespace {
+
+ClusterSpec small_cluster(int nodes, int gpus, int nics, double hbm_bytes = 80e9) {
+  ClusterSpec c = cluster_preset("h800x128");
+  c.name = "small";
+  c.nodes = nodes;
+  c.gpus_per_node = gpus;
+  c.nics_per_node = nics;
+  c.gpu.hbm_bytes = hbm_bytes;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("interleaved_groups: pair i holds i, i+p, ...; every layer once") {
+  for (int layers = 1; layers <= 13; ++layers)
+    for (int p = 1; p <= layers; ++p) {
+      const auto g = interleaved_groups(layers, p);
+      REQUIRE(g.size() == std::size_t(p));
+      std::vector<int> seen(layers, 0);
+      for (int i = 0; i < p; ++i) {
+        for (std::size_t k = 0; k < g[i].size(); ++k) {
+          CHECK(g[i][k] == i + int(k) * p);
+          ++seen[g[i][k]];
+        }
+        CHECK(int(g[i].size()) == (layers - i + p - 1) / p);
+      }
+      for (int s : seen) CHECK(s == 1);
+    }
+  CHECK_THROWS_WITH_AS(interleaved_groups(4, 5), "groups = 5: expected 1 <= groups <= layers (4)", ConfigError);
+  CHECK_THROWS_AS(interleaved_groups(4, 0), ConfigError);
+}
+
+TEST_CASE("worker memory equals an explicit count of the tiny model's tensors") {
+  const ModelSpec m = test::tiny_model();
+  // Every tensor, by hand, as (rows, cols).
+  std::map<std::string, std::pair<int, int>> attention_side{
+      {"embed", {10, 8}},  {"l0.attn_norm", {1, 8}}, {"l0.wq", {8, 8}}, {"l0.wk", {8, 4}},   {"l0.wv", {8, 4}},
+      {"l0.wo", {8, 8}},   {"l0.ffn_norm", {1, 8}},  {"l1.attn_norm", {1, 8}}, {"l1.wq", {8, 8}}, {"l1.wk", {8, 4}},
+      {"l1.wv", {8, 4}},   {"l1.wo", {8, 8}},        {"l1.ffn_norm", {1, 8}},  {"l1.router", {8, 4}},
+      {"final_norm", {1, 8}}, {"head", {8, 10}}};
+  double a_params = 0;
+  for (const auto& [name, shape] : attention_side) a_params += double(shape.first) * shape.second;
+  // F worker of a group of 2: dense FFN of layer 0 (replicated), 2 of the 4 experts of layer 1, the shared expert.
+  const double replicated = 3.0 * 8 * 16 + 3.0 * 8 * 3;
+  const double own = 2 * 3.0 * 8 * 6;
+
+  WorkerLoad w;
+  w.layers = {0, 1};
+  w.attention_group_size = 4;
+  w.ffn_group_size = 2;
+  w.holds_embedding = w.holds_head = true;
+  w.attention_in_flight = 0;
+  w.ffn_in_flight = 0;
+  MemoryOptions o;  // bf16 weights and grads, 12 bytes of Adam state
+  MemoryBytes a = attention_worker_memory(m, w, o);
+  CHECK(a.parameters == 2 * a_params);
+  CHECK(a.gradients == 2 * a_params);
+  CHECK(a.optimizer == 12 * a_params);
+  CHECK(a.activations == 0);
+  MemoryBytes f = ffn_worker_memory(m, w, o);
+  CHECK(f.parameters == 2 * (own + replicated));
+  CHECK(f.optimizer == 12 * (own + replicated));
+  o.zero1 = true;  // shards only what is replicated: A over 4, F's dense/shared over 2
+  CHECK(attention_worker_memory(m, w, o).optimizer == 12 * a_params / 4);
+  CHECK(ffn_worker_memory(m, w, o).optimizer == 12 * own + 12 * replicated / 2);
+  o.zero1 = false;
+  // Tied embeddings: the head shares the embedding matrix.
+  ModelSpec tied = m;
+  tied.tied_embeddings = true;
+  CHECK(attention_worker_memory(tied, w, o).parameters == 2 * (a_params - 80));
+  // Activations: in flight × per-layer bytes (cost model), F tokens split over the group.
+  w.attention_in_flight = 3;
+  w.ffn_in_flight = 6;
+  a = attention_worker_memory(m, w, o);
+  CHECK(a.activations == 3 * (attention_activation_bytes(m, 0, o) + attention_activation_bytes(m, 1, o)));
+  const DispatchOptions d{2, true, 0};
+  f = ffn_worker_memory(m, w, o);
+  CHECK(f.activations == doctest::Approx(6.0 / 2 * (ffn_activation_bytes(m, 0, o, d) + ffn_activation_bytes(m, 1, o, d))));
+}
+
+TEST_CASE("require_fit names the worker type, the bytes needed and the bytes available") {
+  FitReport r;
+  r.capacity = 72e9;
+  r.attention_worker.parameters = 10e9;
+  r.ffn_worker.parameters = 50e9;
+  r.ffn_worker.optimizer = 40e9;
+  CHECK(r.attention_fits());
+  CHECK_FALSE(r.fits());
+  try {
+    require_fit(r);
+    FAIL("no throw");
+  } catch (const ConfigError& e) {
+    const std::string s = e.what();
+    INFO(s);
+    CHECK(s.find("memory_bytes.ffn_worker = 90000000000") == 0);
+    CHECK(s.find("at most 7.2e+10 bytes available per GPU") != std::string::npos);
+    CHECK(s.find("ffn worker needs 90 GB") != std::string::npos);
+    CHECK(s.find("available 72 GB") != std::string::npos);
+  }
+}
+
+TEST_CASE("AnalyticModel: busy times equal a recount from layer costs (tiny model, 2 nodes)") {
+  ModelSpec m = test::tiny_model();
+  m.seq_len = 64;
+  const ClusterSpec c = small_cluster(2, 4, 4);
+  PlanOptions o;
+  o.global_batch = 16;
+  const AnalyticModel model(m, c, o);
+  const Allocation x{1, 2, 2, 1, 3, false};  // p=1: A group 4 GPUs, F group 4 GPUs; 2 and 6 NICs
+  REQUIRE(model.valid(x));
+  const StepEstimate e = model.estimate(x);
+  const double peak = c.gpu.peak_flops(m.dtype);
+  double fa = 0, ff = 0, bytes = 0;
+  for (int l = 0; l < 2; ++l) {
+    const LayerCost lc = layer_cost(m, l, DispatchOptions{4, true, 0});
+    fa += lc.attention_side().total();
+    ff += lc.ffn_side().total();
+    bytes += lc.dispatch_bytes + lc.return_bytes;
+  }
+  CHECK(e.attention_seconds == doctest::Approx(fa / (peak * 0.5) / 4));
+  CHECK(e.ffn_seconds == doctest::Approx(ff / (peak * 0.45) / 4));
+  const double nic = c.nic_bandwidth * 0.85;
+  CHECK(e.bound_seconds == doctest::Approx(std::max({fa / (peak * 0.5) / 4, ff / (peak * 0.45) / 4,
+                                                     bytes / (2 * 1 * nic), bytes / (2 * 3 * nic)})));
+  CHECK(e.waves == 8.0 / 4);  // 16 sequences = 8 micro-batches of 2, over an A group of 4
+  CHECK(e.step_seconds >= 8 * e.bound_seconds);
+  CHECK(e.tokens_per_second == doctest::Approx(16 * 64 / e.step_seconds));
+  CHECK_THROWS_AS((void)model.estimate(Allocation{1, 2, 2, 3, 3, false}), ConfigError);  // 6 NICs > 4
+  CHECK_THROWS_AS((void)model.estimate(Allocation{3, 2, 2, 1, 3, false}), ConfigError);  // p=3 > layers
+}
+
+namespace {
+
+struct Case {
+  const char* model;
+  int seq;
+  int nodes, gpus, nics;
+  double hbm;
+  int global_batch;
+  RecomputePolicy rc;
+};
+
+ModelSpec case_model(const Case& k) {
+  ModelSpec m = std::string(k.model) == "tiny" ? test::tiny_model() : model_preset(k.model);
+  m.seq_len = k.seq;
+  return m;
+}
+
+const std::vector<Case> kCases{
+    {"tiny", 64, 1, 8, 0, 80e9, 64, RecomputePolicy::kAuto},
+    {"tiny", 64, 2, 4, 4, 80e9, 32, RecomputePolicy::kOff},
+    {"olmoe-1b-7b", 2048, 1, 8, 0, 80e9, 64, RecomputePolicy::kAuto},
+    {"olmoe-1b-7b", 4096, 2, 8, 4, 80e9, 64, RecomputePolicy::kAuto},
+    {"olmoe-1b-7b", 4096, 2, 8, 4, 8e9, 64, RecomputePolicy::kAuto},    // tight: memory binds
+    {"deepseek-moe-16b", 8192, 4, 4, 4, 80e9, 64, RecomputePolicy::kAuto},
+    {"mixtral-8x7b", 4096, 2, 8, 8, 80e9, 128, RecomputePolicy::kAuto},
+    {"qwen3-30b-a3b", 16384, 2, 8, 8, 80e9, 32, RecomputePolicy::kOn},
+};
+
+}  // namespace
+
+TEST_CASE("MILP formulation: each allocation is feasible iff it fits, with objective = its bound") {
+  for (const Case& k : kCases) {
+    const AnalyticModel model(case_model(k), small_cluster(k.nodes, k.gpus, k.nics, k.hbm), PlanOptions{k.global_batch, {}, {}, k.rc});
+    std::map<bool, AllocationMilp> f;
+    for (bool rc : model.recompute_choices()) f.emplace(rc, build_allocation_milp(model, rc));
+    long checked = 0;
+    for_each_allocation(model, [&](const Allocation& x) {
+      const AllocationMilp& p = f.at(x.recompute);
+      const StepEstimate e = model.estimate(x);
+      const double s = e.bound_seconds * AllocationMilp::kMs;
+      const std::vector<double> v = p.encode(x, s);
+      INFO(k.model << " " << model.describe_allocation(x) << " bound " << e.bound_seconds << " fits " << e.fits());
+      CHECK(p.decode(v) == x);
+      CHECK(p.problem.evaluate(v) == doctest::Approx(s));
+      const double viol = p.problem.max_violation(v);
+      if (e.fits()) {
+        CHECK(viol <= 1e-7 * std::max(1.0, s));
+        // Tight: any smaller S violates a row.
+        CHECK(p.problem.max_violation(p.encode(x, s * (1 - 1e-6))) > 0);
+      } else {
+        CHECK(viol > 1e-9);
+      }
+      ++checked;
+    });
+    CHECK(checked > 0);
+  }
+}
