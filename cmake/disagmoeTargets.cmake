@@ -4,43 +4,39 @@
 
 find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 
-add_library(disagmoe_core INTERFACE)
-add_library(disagmoe::core ALIAS disagmoe_core)
-set_target_properties(disagmoe_core PROPERTIES EXPORT_NAME core)
+# disagmoe_interface(NAME LIBS... [DEFINE MACRO]): INTERFACE target disagmoe_NAME,
+# exported and aliased as disagmoe::NAME, linking LIBS and defining MACRO=1.
+function(disagmoe_interface name)
+  cmake_parse_arguments(I "" "DEFINE" "" ${ARGN})
+  add_library(disagmoe_${name} INTERFACE)
+  add_library(disagmoe::${name} ALIAS disagmoe_${name})
+  set_target_properties(disagmoe_${name} PROPERTIES EXPORT_NAME ${name})
+  target_link_libraries(disagmoe_${name} INTERFACE ${I_UNPARSED_ARGUMENTS})
+  if(I_DEFINE)
+    target_compile_definitions(disagmoe_${name} INTERFACE ${I_DEFINE}=1)
+  endif()
+endfunction()
+
+find_package(Threads REQUIRED)
+disagmoe_interface(core Eigen3::Eigen Threads::Threads)
 target_include_directories(disagmoe_core INTERFACE
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 target_compile_features(disagmoe_core INTERFACE cxx_std_20)
-target_link_libraries(disagmoe_core INTERFACE Eigen3::Eigen)
 
 find_package(nlohmann_json 3.10 QUIET)
 if(nlohmann_json_FOUND)
-  add_library(disagmoe_io INTERFACE)
-  add_library(disagmoe::io ALIAS disagmoe_io)
-  set_target_properties(disagmoe_io PROPERTIES EXPORT_NAME io)
-  target_link_libraries(disagmoe_io INTERFACE disagmoe_core nlohmann_json::nlohmann_json)
-  target_compile_definitions(disagmoe_io INTERFACE DISAGMOE_HAS_IO_=1)
+  disagmoe_interface(io disagmoe_core nlohmann_json::nlohmann_json DEFINE DISAGMOE_HAS_IO_)
 endif()
 
 find_package(ZLIB QUIET)
 if(ZLIB_FOUND)
-  add_library(disagmoe_zlib INTERFACE)
-  add_library(disagmoe::zlib ALIAS disagmoe_zlib)
-  set_target_properties(disagmoe_zlib PROPERTIES EXPORT_NAME zlib)
-  target_link_libraries(disagmoe_zlib INTERFACE disagmoe_core ZLIB::ZLIB)
-  target_compile_definitions(disagmoe_zlib INTERFACE DISAGMOE_HAS_ZLIB_=1)
+  disagmoe_interface(zlib disagmoe_core ZLIB::ZLIB DEFINE DISAGMOE_HAS_ZLIB_)
 endif()
-
-find_package(Threads REQUIRED)
-target_link_libraries(disagmoe_core INTERFACE Threads::Threads)
 
 if(DISAGMOE_ENABLE_MPI)
   find_package(MPI REQUIRED COMPONENTS CXX)
-  add_library(disagmoe_mpi INTERFACE)
-  add_library(disagmoe::mpi ALIAS disagmoe_mpi)
-  set_target_properties(disagmoe_mpi PROPERTIES EXPORT_NAME mpi)
-  target_link_libraries(disagmoe_mpi INTERFACE disagmoe_core MPI::MPI_CXX)
-  target_compile_definitions(disagmoe_mpi INTERFACE DISAGMOE_HAS_MPI_=1)
+  disagmoe_interface(mpi disagmoe_core MPI::MPI_CXX DEFINE DISAGMOE_HAS_MPI_)
 endif()
 
 if(DISAGMOE_ENABLE_NCCL AND NOT DISAGMOE_ENABLE_CUDA)
@@ -53,27 +49,17 @@ if(DISAGMOE_ENABLE_CUDA)
   endif()
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
-  add_library(disagmoe_cuda INTERFACE)
-  add_library(disagmoe::cuda ALIAS disagmoe_cuda)
-  set_target_properties(disagmoe_cuda PROPERTIES EXPORT_NAME cuda)
   # CCCL (CUB, Thrust, libcu++) comes from the toolkit, never a copy of our own.
-  target_link_libraries(disagmoe_cuda INTERFACE disagmoe_core CUDA::cudart)
-  if(TARGET CUDA::cccl)
-    target_link_libraries(disagmoe_cuda INTERFACE CUDA::cccl)
-  endif()
+  disagmoe_interface(cuda disagmoe_core CUDA::cudart $<TARGET_NAME_IF_EXISTS:CUDA::cccl>
+                     DEFINE DISAGMOE_HAS_CUDA_)
   # CMake 3.25 does not turn cuda_std_20 into a flag for nvcc 13.
   target_compile_options(disagmoe_cuda INTERFACE
     $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 --expt-relaxed-constexpr>)
-  target_compile_definitions(disagmoe_cuda INTERFACE DISAGMOE_HAS_CUDA_=1)
 endif()
 
 if(DISAGMOE_ENABLE_NCCL)
   find_package(NCCL REQUIRED)
-  add_library(disagmoe_nccl INTERFACE)
-  add_library(disagmoe::nccl ALIAS disagmoe_nccl)
-  set_target_properties(disagmoe_nccl PROPERTIES EXPORT_NAME nccl)
-  target_link_libraries(disagmoe_nccl INTERFACE disagmoe_cuda NCCL::NCCL)
-  target_compile_definitions(disagmoe_nccl INTERFACE DISAGMOE_HAS_NCCL_=1)
+  disagmoe_interface(nccl disagmoe_cuda NCCL::NCCL DEFINE DISAGMOE_HAS_NCCL_)
 endif()
 
 # Targets that exist in this configuration (install and export iterate over them).
