@@ -66,6 +66,11 @@ struct AFPipe {
     s.tokens_per_step = pb.tokens_per_micro_batch * m;
     s.flops_per_step = pb.flops_per_micro_batch * m;
 
+    for (int l = 0; l < L; ++l) {  // interleaved layer assignment: pair l mod p keeps layer l
+      const LayerCost& c = pb.layers[static_cast<std::size_t>(l)];
+      s.workers[static_cast<std::size_t>(a[static_cast<std::size_t>(l % p)])].static_bytes += c.attn_state_bytes;
+      s.workers[static_cast<std::size_t>(f[static_cast<std::size_t>(l % p)])].static_bytes += c.expert_state_bytes;
+    }
     const auto idx = [&](int j, int l) { return static_cast<std::size_t>(j) * static_cast<std::size_t>(L) + static_cast<std::size_t>(l); };
     const std::size_t cells = static_cast<std::size_t>(m) * static_cast<std::size_t>(L);
     std::vector<int> arrive(cells, -1);   // forward output of (j, l) available at its consumer

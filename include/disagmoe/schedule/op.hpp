@@ -173,41 +173,48 @@ struct Schedule {
 inline void validate(const Schedule& s) {
   const int nw = static_cast<int>(s.workers.size());
   expect(nw > 0, "Schedule.workers", nw, "at least one worker");
+  // Field names are built only on failure: this runs once per simulation over every op.
+  auto check = [](bool ok, auto&& field, const auto& value, std::string_view expected) {
+    if (!ok) fail(field(), value, expected);
+  };
   for (int w = 0; w < nw; ++w) {
     const auto& k = s.workers[static_cast<std::size_t>(w)];
-    const std::string f = "Schedule.workers[" + std::to_string(w) + "]";
-    expect(k.gpus >= 1, f + ".gpus", k.gpus, "a positive integer");
-    expect(k.nodes >= 1 && k.gpus % k.nodes == 0, f + ".nodes", k.nodes,
-           "a positive divisor of gpus (" + std::to_string(k.gpus) + ")");
-    expect(k.nic_bandwidth >= 0 && k.nvlink_bandwidth >= 0, f + ".nic_bandwidth", k.nic_bandwidth,
-           "non-negative bandwidths");
+    auto f = [w](const char* leaf) { return "Schedule.workers[" + std::to_string(w) + "]." + leaf; };
+    check(k.gpus >= 1, [&] { return f("gpus"); }, k.gpus, "a positive integer");
+    check(k.nodes >= 1 && k.gpus % k.nodes == 0, [&] { return f("nodes"); }, k.nodes,
+          "a positive divisor of gpus (" + std::to_string(k.gpus) + ")");
+    check(k.nic_bandwidth >= 0 && k.nvlink_bandwidth >= 0, [&] { return f("nic_bandwidth"); }, k.nic_bandwidth,
+          "non-negative bandwidths");
   }
   const int n = static_cast<int>(s.ops.size());
   std::vector<int> seen(static_cast<std::size_t>(n), 0);
+  const std::string id_below = "an op id below " + std::to_string(n);
+  const std::string worker_below = "a worker index below " + std::to_string(nw);
   expect(static_cast<int>(s.order.size()) == nw, "Schedule.order.size()", s.order.size(),
          "one entry per worker (" + std::to_string(nw) + ")");
   for (int w = 0; w < nw; ++w)
     for (int st = 0; st < kStreams; ++st)
       for (int id : s.order[static_cast<std::size_t>(w)][static_cast<std::size_t>(st)]) {
-        const std::string f = "Schedule.order[" + std::to_string(w) + "][" + std::to_string(st) + "]";
-        expect(id >= 0 && id < n, f, id, "an op id below " + std::to_string(n));
+        auto f = [&] { return "Schedule.order[" + std::to_string(w) + "][" + std::to_string(st) + "]"; };
+        check(id >= 0 && id < n, f, id, id_below);
         const auto& op = s.ops[static_cast<std::size_t>(id)];
-        expect(op.worker == w && static_cast<int>(op.stream) == st, f, id, "an op of this worker and stream");
-        expect(++seen[static_cast<std::size_t>(id)] == 1, f, id, "each op listed once");
+        check(op.worker == w && static_cast<int>(op.stream) == st, f, id, "an op of this worker and stream");
+        check(++seen[static_cast<std::size_t>(id)] == 1, f, id, "each op listed once");
       }
   for (int i = 0; i < n; ++i) {
     const auto& op = s.ops[static_cast<std::size_t>(i)];
-    const std::string f = "Schedule.ops[" + std::to_string(i) + "]";
-    expect(seen[static_cast<std::size_t>(i)] == 1, f, i, "an op listed in its stream's order");
-    expect(op.seconds >= 0 && op.bytes >= 0 && op.alloc_bytes >= 0 && op.free_bytes >= 0, f + ".seconds",
-           op.seconds, "non-negative costs");
+    auto f = [i](const char* leaf) { return "Schedule.ops[" + std::to_string(i) + "]" + leaf; };
+    check(seen[static_cast<std::size_t>(i)] == 1, [&] { return f(""); }, i, "an op listed in its stream's order");
+    check(op.seconds >= 0 && op.bytes >= 0 && op.alloc_bytes >= 0 && op.free_bytes >= 0,
+          [&] { return f(".seconds"); }, op.seconds, "non-negative costs");
     if (is_comm(op.kind)) {
-      expect(op.peer >= 0 && op.peer < nw, f + ".peer", op.peer, "a worker index below " + std::to_string(nw));
-      expect(op.stream == Stream::kComm, f + ".stream", to_string(op.stream), "comm for a comm op");
+      check(op.peer >= 0 && op.peer < nw, [&] { return f(".peer"); }, op.peer, worker_below);
+      check(op.stream == Stream::kComm, [&] { return f(".stream"); }, to_string(op.stream), "comm for a comm op");
     } else {
-      expect(op.stream != Stream::kComm, f + ".stream", to_string(op.stream), "fwd or bwd for a compute op");
+      check(op.stream != Stream::kComm, [&] { return f(".stream"); }, to_string(op.stream),
+            "fwd or bwd for a compute op");
     }
-    for (int d : op.deps) expect(d >= 0 && d < n && d != i, f + ".deps", d, "another op's id");
+    for (int d : op.deps) check(d >= 0 && d < n && d != i, [&] { return f(".deps"); }, d, "another op's id");
   }
 }
 

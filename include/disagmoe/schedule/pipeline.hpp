@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,14 +91,20 @@ class PipelineEmitter {
     s_.tokens_per_step = pb_.tokens_per_micro_batch * m;
     s_.flops_per_step = pb_.flops_per_micro_batch * m;
     for (int k = 0; k < 3; ++k) keys_[k].assign(static_cast<std::size_t>(m), {});
+    std::set<std::pair<int, int>> held;  // (worker, layer) pairs whose weights a worker keeps
     for (int j = 0; j < m; ++j) {
       for (const auto& st : pl_.routes[static_cast<std::size_t>(j)]) {
         expect(st.worker >= 0 && st.worker < nw && st.layer_begin >= 0 && st.layer_begin < st.layer_end &&
                    st.layer_end <= static_cast<int>(pb_.layers.size()),
                "PipelinePlan.routes[" + std::to_string(j) + "]", st.worker, "stages on existing workers and layers");
         for (int l = st.layer_begin; l < st.layer_end; ++l) ++wgrads_left_[{st.worker, l}];
+        for (int l = st.layer_begin; l < st.layer_end; ++l) held.insert({st.worker, l});
       }
       for (auto& k : keys_) k[static_cast<std::size_t>(j)].assign(pl_.routes[static_cast<std::size_t>(j)].size(), -1);
+    }
+    for (const auto& [w, l] : held) {
+      const LayerCost& lc = pb_.layers[static_cast<std::size_t>(l)];
+      s_.workers[static_cast<std::size_t>(w)].static_bytes += lc.attn_state_bytes + lc.expert_state_bytes;
     }
     fifo_.resize(static_cast<std::size_t>(nw));
     for (int w = 0; w < nw; ++w) {

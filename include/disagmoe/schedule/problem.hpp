@@ -30,6 +30,8 @@ struct LayerCost {
   double expert_grad_bytes = 0;   ///< per GPU, all-reduce volume of expert grads (0: none)
   double attn_activation_bytes = 0;    ///< per GPU, kept from attention fwd to its wgrad
   double expert_activation_bytes = 0;  ///< per GPU, kept from expert fwd to its wgrad
+  double attn_state_bytes = 0;    ///< per GPU holding the layer: attention-side weights + grads + optimizer
+  double expert_state_bytes = 0;  ///< per GPU holding the layer: expert-side weights + grads + optimizer
 };
 
 /// Everything a policy needs: who computes (workers), what each layer costs, how many
@@ -53,7 +55,8 @@ inline void validate(const Problem& p) {
     const auto& l = p.layers[i];
     const double v[] = {l.attn_fwd, l.attn_bwd, l.attn_wgrad, l.expert_fwd, l.expert_bwd, l.expert_wgrad,
                         l.dispatch_bytes, l.combine_bytes, l.hidden_bytes, l.attn_grad_bytes,
-                        l.expert_grad_bytes, l.attn_activation_bytes, l.expert_activation_bytes};
+                        l.expert_grad_bytes, l.attn_activation_bytes, l.expert_activation_bytes, l.attn_state_bytes,
+                        l.expert_state_bytes};
     for (double x : v)
       expect(x >= 0 && x < 1e300, "Problem.layers[" + std::to_string(i) + "]", x, "finite non-negative costs");
   }

@@ -21,6 +21,7 @@
 #include <disagmoe/schedule/op.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <queue>
@@ -45,6 +46,7 @@ struct WorkerMetrics {
   double comm_seconds = 0;           ///< time any comm op touching the worker was active
   double exposed_comm_seconds = 0;   ///< comm active while no compute ran
   double peak_activation_bytes = 0;  ///< per GPU
+  double peak_memory_bytes = 0;      ///< per GPU: Worker::static_bytes + peak activations
 };
 
 /// A blocked op and the unfinished ops it waits on (deadlock report).
@@ -66,6 +68,7 @@ struct SimResult {
   double max_worker_compute_seconds = 0;
   double lower_bound_seconds = 0;  ///< max over workers' compute and resources' bytes/capacity
   double peak_activation_bytes = 0;  ///< max over workers, per GPU
+  double peak_memory_bytes = 0;      ///< max over workers of static + peak activation, per GPU
   std::vector<WorkerMetrics> workers;
   std::vector<OpTiming> timings;   ///< per op
   std::size_t ops = 0;
@@ -78,9 +81,19 @@ struct CommUse {
   double bytes;
 };
 
+// At most four resources per comm op (NIC and NVLink, each direction).
+struct CommUses {
+  std::array<CommUse, 4> use{};
+  int n = 0;
+  void push_back(CommUse u) { use[static_cast<std::size_t>(n++)] = u; }
+  [[nodiscard]] bool empty() const { return n == 0; }
+  [[nodiscard]] const CommUse* begin() const { return use.data(); }
+  [[nodiscard]] const CommUse* end() const { return use.data() + n; }
+};
+
 // Bytes a comm op moves over each resource. Resources per worker w:
 // 4w + 0 NIC tx, +1 NIC rx, +2 NVLink tx, +3 NVLink rx.
-inline std::vector<CommUse> comm_uses(const Schedule& s, const Op& op) {
+inline CommUses comm_uses(const Schedule& s, const Op& op) {
   const Worker& a = s.workers[static_cast<std::size_t>(op.worker)];
   const Worker& b = s.workers[static_cast<std::size_t>(op.peer)];
   double nic = 0, nvl = 0;
@@ -96,7 +109,7 @@ inline std::vector<CommUse> comm_uses(const Schedule& s, const Op& op) {
     nic = op.bytes - nvl;
   }
   const double scale = double(a.gpus) / b.gpus;  // receiver GPUs get the sender's bytes spread out
-  std::vector<CommUse> u;
+  CommUses u;
   if (nic > 0) {
     u.push_back({4 * op.worker + 0, nic});
     u.push_back({4 * op.peer + 1, nic * scale});
@@ -173,7 +186,7 @@ class Simulator {
     double left = 1;      // fraction of work left
     double rate = 0;      // fraction per second
     double since = 0;     // time `left` was last updated
-    std::vector<CommUse> uses;
+    CommUses uses;
   };
   struct WorkerState {
     std::vector<int> compute;  // running compute ops
@@ -276,12 +289,8 @@ class Simulator {
     o.state = kRunning;
     o.left = 1;
     o.since = now_;
-    std::vector<int> touched;
-    for (const auto& u : o.uses) {
-      flows_on_[static_cast<std::size_t>(u.resource)].push_back(id);
-      touched.push_back(u.resource);
-    }
-    rerate_flows(touched);
+    for (const auto& u : o.uses) flows_on_[static_cast<std::size_t>(u.resource)].push_back(id);
+    rerate_flows(o.uses);
   }
 
   void advance(int id) {
@@ -302,10 +311,11 @@ class Simulator {
     }
   }
 
-  void rerate_flows(const std::vector<int>& resources) {
-    std::vector<int> ids;
-    for (int r : resources)
-      for (int id : flows_on_[static_cast<std::size_t>(r)]) ids.push_back(id);
+  void rerate_flows(const CommUses& uses) {
+    auto& ids = scratch_;
+    ids.clear();
+    for (const auto& u : uses)
+      for (int id : flows_on_[static_cast<std::size_t>(u.resource)]) ids.push_back(id);
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     for (int id : ids) {
@@ -348,13 +358,11 @@ class Simulator {
         --pk.comm;
         if (op.uses_sms) --pk.sm_comm;
       }
-      std::vector<int> touched;
       for (const auto& u : o.uses) {
         auto& f = flows_on_[static_cast<std::size_t>(u.resource)];
         f.erase(std::remove(f.begin(), f.end(), id), f.end());
-        touched.push_back(u.resource);
       }
-      rerate_flows(touched);
+      rerate_flows(o.uses);
       if (op.uses_sms) {
         rerate_compute(op.worker);
         if (op.peer != op.worker) rerate_compute(op.peer);
@@ -435,6 +443,8 @@ class Simulator {
       res_.exposed_comm_seconds += g * m.exposed_comm_seconds;
       res_.max_worker_compute_seconds = std::max(res_.max_worker_compute_seconds, m.compute_seconds);
       res_.peak_activation_bytes = std::max(res_.peak_activation_bytes, m.peak_activation_bytes);
+      m.peak_memory_bytes = s_.workers[w].static_bytes + m.peak_activation_bytes;
+      res_.peak_memory_bytes = std::max(res_.peak_memory_bytes, m.peak_memory_bytes);
       res_.workers.push_back(m);
     }
     res_.bubble_fraction /= gpus;
@@ -453,6 +463,7 @@ class Simulator {
   std::vector<WorkerState> ws_;
   std::vector<std::vector<int>> flows_on_;
   std::vector<int> succ_start_, succ_;
+  std::vector<int> scratch_;
   std::vector<std::array<std::size_t, kStreams>> head_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   double now_ = 0;

@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: Apache-2.0
+// disagmoe-sim: simulate one training step of AF-Pipe or a baseline schedule for a
+// model on a cluster, print the metrics (or JSON), and write the timeline.
+//
+//   disagmoe-sim --model qwen3-235b-a22b --cluster h800x128 --schedule afpipe --seq-len 8192
+//     --trace afpipe.json --svg afpipe.svg
+//   disagmoe-sim --model gpt-oss-120b --cluster h800x128 --compare
+#include <common/cli_main.hpp>
+
+#include <disagmoe/io/chrome_trace.hpp>
+#include <disagmoe/io/spec_json.hpp>
+#include <disagmoe/io/svg_gantt.hpp>
+#include <disagmoe/schedule/schedules.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ds = disagmoe::schedule;
+using nlohmann::json;
+
+namespace {
+
+// Reads the A/F split from a plan JSON: the fields of plan::Allocation, at the top
+// level or under "allocation".
+ds::AfLayout read_plan(const std::string& path) {
+  const json j = disagmoe::io::read_json_file(path);
+  const json& a = j.contains("allocation") ? j.at("allocation") : j;
+  const std::string base = j.contains("allocation") ? path + ":$.allocation" : path + ":$";
+  auto field = [&](const char* name) {
+    if (!a.is_object() || !a.contains(name) || !a.at(name).is_number_integer())
+      disagmoe::fail<disagmoe::IoError>(base + "." + name, a.is_object() && a.contains(name) ? a.at(name).dump() : "missing",
+                                        "an integer (plan::Allocation field)");
+    return a.at(name).get<int>();
+  };
+  return {field("groups"), field("attention_gpus_per_node"), field("ffn_gpus_per_node"),
+          field("attention_nics_per_node"), field("ffn_nics_per_node")};
+}
+
+json worker_json(const ds::Worker& w, const ds::WorkerMetrics& m) {
+  return {{"name", w.name},
+          {"role", std::string(ds::to_string(w.role))},
+          {"gpus", w.gpus},
+          {"compute_seconds", m.compute_seconds},
+          {"busy_fraction", m.busy_fraction},
+          {"bubble_fraction", m.bubble_fraction},
+          {"comm_seconds", m.comm_seconds},
+          {"exposed_comm_seconds", m.exposed_comm_seconds},
+          {"peak_activation_bytes", m.peak_activation_bytes},
+          {"peak_memory_bytes", m.peak_memory_bytes}};
+}
+
+json result_json(const ds::Simulated& s, const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c) {
+  const auto& r = s.result;
+  json workers = json::array();
+  for (std::size_t w = 0; w < s.schedule.workers.size(); ++w)
+    workers.push_back(worker_json(s.schedule.workers[w], r.workers[w]));
+  int mb = 0;
+  for (const auto& op : s.schedule.ops) mb = std::max(mb, op.micro_batch + 1);
+  return {{"schedule", s.schedule.name},
+          {"model", m.name},
+          {"cluster", c.name},
+          {"seq_len", m.seq_len},
+          {"layout", s.layout},
+          {"micro_batches", mb},
+          {"tokens_per_step", s.schedule.tokens_per_step},
+          {"step_seconds", r.step_seconds},
+          {"tokens_per_second", r.tokens_per_second},
+          {"mfu", r.mfu},
+          {"exposed_comm_seconds", r.exposed_comm_seconds},
+          {"bubble_fraction", r.bubble_fraction},
+          {"max_worker_compute_seconds", r.max_worker_compute_seconds},
+          {"lower_bound_seconds", r.lower_bound_seconds},
+          {"peak_activation_bytes", r.peak_activation_bytes},
+          {"peak_memory_bytes", r.peak_memory_bytes},
+          {"fits_memory", s.fits},
+          {"deadlocked", r.deadlocked},
+          {"workers", workers},
+          {"ops", r.ops}};
+}
+
+void print_row(const ds::Simulated& s, double ref) {
+  const auto& r = s.result;
+  std::printf("%-12s %-28s %10.1f %12.0f %6.1f%% %7.1f%% %10.1f %8.1f %6.2fx%s\n", s.schedule.name.c_str(),
+              s.layout.c_str(), r.step_seconds * 1e3, r.tokens_per_second, r.mfu * 100, r.bubble_fraction * 100,
+              r.exposed_comm_seconds * 1e3, r.peak_memory_bytes / 1e9, ref > 0 ? ref / r.step_seconds : 1.0,
+              s.fits ? "" : "  (exceeds HBM)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Simulate one training step of AF-Pipe or a baseline schedule in virtual time", "disagmoe-sim"};
+  std::string model = "deepseek-moe-16b", cluster = "h800x128", schedule = "afpipe", plan_file, trace, svg;
+  int seq_len = 0, micro_batches = 0, global_batch = 1024, micro_batch = 0, stages = 0;
+  int groups = 0, attention_gpus = 0, ffn_gpus = 0, attention_nics = -1, ffn_nics = -1;
+  bool as_json = false, compare = false, no_dedup = false;
+  ds::PolicyKnobs knobs;
+  ds::CostOptions cost;
+  app.add_option("--model", model, "model preset or JSON file")->capture_default_str();
+  app.add_option("--cluster", cluster, "cluster preset, NAME:NODES or JSON file")->capture_default_str();
+  app.add_option("--schedule", schedule, "afpipe|1f1b|interleaved|a2a-overlap|chunked|dualpipe|dualpipev")
+      ->capture_default_str();
+  app.add_flag("--compare", compare, "simulate every schedule and print a comparison table");
+  app.add_option("--plan", plan_file, "plan JSON (plan::Allocation fields) giving AF-Pipe's A/F split");
+  app.add_option("--seq-len", seq_len, "tokens per sequence (default: the model's)");
+  app.add_option("--micro-batch", micro_batch, "sequences per GPU micro-batch (default: the model's)");
+  app.add_option("--global-batch", global_batch, "sequences per step (sets micro-batches per schedule)")
+      ->capture_default_str();
+  app.add_option("--micro-batches", micro_batches, "pipeline micro-batches per step (overrides --global-batch)");
+  app.add_option("--stages", stages, "pipeline stages of the baselines (default: best of 1,2,4,8,16)");
+  app.add_option("--virtual-stages", knobs.virtual_stages, "model chunks per stage (interleaved, a2a-overlap, chunked)")
+      ->capture_default_str();
+  app.add_option("--chunks", knobs.chunks, "FFN/all-to-all chunks per MoE layer (chunked)")->capture_default_str();
+  app.add_option("--af-group-size", knobs.af_group_size, "AF-Pipe micro-batches per ping-pong group (0: auto)");
+  app.add_option("--groups", groups, "AF-Pipe A/F group pairs (with --attention-gpus/--ffn-gpus)");
+  app.add_option("--attention-gpus", attention_gpus, "AF-Pipe attention GPUs per node");
+  app.add_option("--ffn-gpus", ffn_gpus, "AF-Pipe FFN GPUs per node");
+  app.add_option("--attention-nics", attention_nics, "AF-Pipe attention NICs per node (default: proportional)");
+  app.add_option("--ffn-nics", ffn_nics, "AF-Pipe FFN NICs per node (default: the rest)");
+  app.add_option("--sm-fraction", cost.comm_sm_fraction, "share of SMs a comm kernel takes")->capture_default_str();
+  app.add_flag("--no-dedup", no_dedup, "send one row per chosen expert instead of one per destination GPU");
+  app.add_flag("--json", as_json, "print one JSON object");
+  app.add_option("--trace", trace, "write the timeline as Chrome trace JSON (Perfetto)");
+  app.add_option("--svg", svg, "write the timeline as an SVG Gantt chart");
+
+  return disagmoe::cli::run_main(app, argc, argv, [&] {
+    disagmoe::ModelSpec m = disagmoe::io::load_model(model);
+    const disagmoe::ClusterSpec c = disagmoe::io::load_cluster(cluster);
+    if (seq_len != 0) m.seq_len = seq_len;
+    if (micro_batch != 0) m.micro_batch = micro_batch;
+    disagmoe::validate(m, "--model");
+    disagmoe::expect(micro_batches >= 0, "--micro-batches", micro_batches, "a positive integer (0: derive)");
+    disagmoe::expect(stages >= 0, "--stages", stages, "a positive integer (0: best)");
+    cost.global_batch = global_batch;
+    cost.micro_batches = micro_batches;
+    cost.dedup = !no_dedup;
+    std::optional<ds::AfLayout> af;
+    if (!plan_file.empty()) af = read_plan(plan_file);
+    if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
+      disagmoe::expect(groups >= 1 && attention_gpus >= 1 && ffn_gpus >= 1, "--groups", groups,
+                       "--groups, --attention-gpus and --ffn-gpus all given and positive");
+      const int na = attention_nics >= 0 ? attention_nics
+                                         : std::max(1, c.nics_per_node * attention_gpus / c.gpus_per_node);
+      const int nf = ffn_nics >= 0 ? ffn_nics : c.nics_per_node - na;
+      af = ds::AfLayout{groups, attention_gpus, ffn_gpus, c.nodes > 1 ? na : 0, c.nodes > 1 ? nf : 0};
+    }
+    std::vector<std::string> names;
+    if (compare) {
+      for (auto n : ds::kScheduleNames) names.emplace_back(n);
+    } else {
+      ds::check_schedule_name(schedule);
+      names.push_back(schedule);
+    }
+    std::vector<ds::Simulated> runs;
+    for (const auto& n : names) {
+      try {
+        runs.push_back(ds::simulate_best(n, m, c, cost, knobs, stages, af));
+      } catch (const disagmoe::ConfigError& e) {
+        if (!compare) throw;
+        std::cerr << "disagmoe-sim: " << n << " skipped: " << e.what() << '\n';
+      }
+    }
+    const ds::Simulated& head = runs.front();
+    if (!trace.empty()) disagmoe::io::write_chrome_trace(trace, head.schedule, head.result);
+    if (!svg.empty()) disagmoe::io::write_svg_gantt(svg, head.schedule, head.result);
+    if (as_json) {
+      if (compare) {
+        json all = json::array();
+        for (const auto& r : runs) all.push_back(result_json(r, m, c));
+        std::cout << json{{"model", m.name}, {"cluster", c.name}, {"seq_len", m.seq_len}, {"schedules", all}}.dump(2)
+                  << '\n';
+      } else {
+        std::cout << result_json(head, m, c).dump(2) << '\n';
+      }
+      return disagmoe::cli::kExitOk;
+    }
+    std::printf("%s on %s, seq_len %d, micro_batch %d, global batch %d sequences\n", m.name.c_str(), c.name.c_str(),
+                m.seq_len, m.micro_batch, global_batch);
+    std::printf("%-12s %-28s %10s %12s %7s %8s %10s %8s %7s\n", "schedule", "layout", "step ms", "tokens/s", "MFU",
+                "bubble", "exp.comm", "mem GB", "vs 1st");
+    for (const auto& r : runs) print_row(r, head.result.step_seconds);
+    if (head.result.deadlocked) std::cout << head.result.deadlock_report << '\n';
+    return disagmoe::cli::kExitOk;
+  });
+}

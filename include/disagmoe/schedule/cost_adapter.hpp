@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file cost_adapter.hpp
+/// Turns ModelSpec + ClusterSpec + a layout into a schedule Problem, with every cost
+/// taken from the planner's analytic cost model (plan/cost_model.hpp): FLOPs by pass
+/// at explicit efficiency factors, A→F / F→A / all-to-all bytes, DP all-reduce bytes
+/// and activation bytes. Two layouts: colocated expert parallelism (the baselines)
+/// and disaggregated A/F groups (AF-Pipe), the latter with the planner's per-node
+/// split of GPUs and NICs (plan/allocation.hpp's layout).
+#pragma once
+
+#include <disagmoe/error.hpp>
+#include <disagmoe/plan/cost_model.hpp>
+#include <disagmoe/schedule/problem.hpp>
+#include <disagmoe/spec/cluster_spec.hpp>
+#include <disagmoe/spec/model_size.hpp>
+#include <disagmoe/spec/model_spec.hpp>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace disagmoe::schedule {
+
+/// Knobs of the cost adapter; every factor explicit.
+struct CostOptions {
+  plan::Efficiency efficiency{};   ///< fractions of peak FLOP/s and link bandwidth
+  plan::MemoryOptions memory{};    ///< gradient/optimizer bytes, recomputation
+  bool dedup = true;               ///< send each token once per destination GPU
+  /// SMs taken by NCCL/DeepEP comm kernels: DeepSeek-V3 report §3.2.2, 20 of 132 H800 SMs.
+  double comm_sm_fraction = 20.0 / 132.0;
+  int global_batch = 1024;         ///< sequences per optimizer step (the planner's default)
+  int micro_batches = 0;           ///< pipeline micro-batches per step; 0: derived from global_batch
+};
+
+/// Colocated expert parallelism: `stages` pipeline stages, each a worker of
+/// gpus / stages GPUs running attention data-parallel and experts expert-parallel.
+struct ColocatedLayout {
+  int stages = 4;
+};
+
+/// Disaggregated layout (plan::Allocation's fields): every node gives
+/// `attention_gpus_per_node` GPUs and `attention_nics_per_node` NICs to A workers and
+/// the `ffn_*` counts to F workers; the A GPUs form `groups` equal groups, as do the F GPUs.
+struct AfLayout {
+  int groups = 1;
+  int attention_gpus_per_node = 4;
+  int ffn_gpus_per_node = 4;
+  int attention_nics_per_node = 4;
+  int ffn_nics_per_node = 4;
+};
+
+namespace detail {
+
+// Placement of group i of `size` GPUs when every node gives `per_node` GPUs to this
+// role: groups fill nodes in order; a group spread over several nodes takes
+// gcd(size, per_node) GPUs on each (an even spread, which Worker needs).
+inline Worker place_group(const ClusterSpec& c, int i, int size, int per_node, int nics_per_node, double eff) {
+  Worker w;
+  w.gpus = size;
+  const int gpn = std::gcd(size, per_node);
+  w.nodes = size / gpn;
+  w.first_node = (i * size) / per_node;
+  const double nic_total = double(nics_per_node) * c.nic_bandwidth * eff;
+  w.nic_bandwidth = per_node > 0 ? nic_total / per_node : 0;
+  w.nvlink_bandwidth = c.intra_node_bandwidth * eff;
+  w.peak_flops = c.gpu.peak_flops_bf16;
+  return w;
+}
+
+inline double flops_seconds(double flops, const ClusterSpec& c, DType t, double eff) {
+  return plan::compute_seconds(flops, c, t, eff);
+}
+
+// Micro-batches per step: ⌊global_batch / (micro_batch × data-parallel width)⌋, so that
+// layouts whose width does not divide the batch still run (tokens/s stays comparable).
+inline int derive_micro_batches(const ModelSpec& m, const CostOptions& o, int dp, std::string_view what) {
+  if (o.micro_batches > 0) return o.micro_batches;
+  expect(o.global_batch >= 1, "global_batch", o.global_batch, "a positive number of sequences");
+  const long per = long(m.micro_batch) * dp;
+  expect(o.global_batch / per >= 1, "global_batch", o.global_batch,
+         "at least micro_batch x " + std::string(what) + " (" + std::to_string(per) + ") sequences");
+  return static_cast<int>(o.global_batch / per);
+}
+
+// Full recomputation reruns each forward right before its backward (Korthikanti et al.
+// 2022 §5; the planner's "compute × 4/3"), on the critical path of the input gradient.
+inline void add_recompute(LayerCost& x, const CostOptions& o) {
+  if (!o.memory.recompute) return;
+  x.attn_bwd += x.attn_fwd;
+  x.expert_bwd += x.expert_fwd;
+}
+
+inline double model_flops_per_sequence_batch(const ModelSpec& m) {
+  return plan::model_layer_flops(m).total() + plan::head_flops(m).total();
+}
+
+}  // namespace detail
+
+/// The Problem of colocated EP on `c`: stage s = worker s with G = gpus/stages GPUs;
+/// per GPU and micro-batch (micro_batch × seq_len tokens): attention (+ router, + dense
+/// FFN on dense layers) at efficiency.attention, experts (+ shared) at efficiency.ffn,
+/// all-to-all of dispatch_bytes per GPU split by the simulator into NVLink and NIC
+/// parts, DP all-reduce of replicated weights (ring bytes). Micro-batches per step:
+/// ⌊global_batch / (micro_batch × G)⌋. Throws ConfigError for a layout that does not
+/// divide the cluster. O(layers).
+inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, ColocatedLayout lay,
+                                 const CostOptions& o = {}) {
+  validate(m);
+  validate(c);
+  plan::validate(o.efficiency);
+  expect(lay.stages >= 1 && c.gpus() % lay.stages == 0, "stages", lay.stages,
+         "a positive divisor of the cluster's GPUs (" + std::to_string(c.gpus()) + ")");
+  const int g = c.gpus() / lay.stages;
+  Problem p;
+  for (int s = 0; s < lay.stages; ++s) {
+    const int per_node = std::min(g, c.gpus_per_node);
+    Worker w = detail::place_group(c, s, g, per_node, c.nics_per_node * per_node / c.gpus_per_node,
+                                   o.efficiency.network);
+    w.first_node = s * g / c.gpus_per_node;
+    w.name = "S" + std::to_string(s);
+    w.role = Role::kColocated;
+    p.workers.push_back(w);
+  }
+  p.network = {c.nic_latency, c.intra_node_latency, o.comm_sm_fraction};
+  p.micro_batches = detail::derive_micro_batches(m, o, g, "GPUs per stage");
+  const plan::DispatchOptions d{g, o.dedup, 0};
+  const double eb = bytes_of(m.dtype), t = double(m.tokens_per_micro_batch());
+  for (int l = 0; l < m.layers; ++l) {
+    const plan::LayerCost lc = plan::layer_cost(m, l, d);
+    LayerCost x;
+    x.moe = lc.moe;
+    plan::PassFlops a = lc.attention_side(), f = lc.experts + lc.shared_experts;
+    if (!lc.moe) a += lc.dense_ffn;  // a dense layer's FFN runs locally, no all-to-all
+    x.attn_fwd = detail::flops_seconds(a.forward, c, m.dtype, o.efficiency.attention);
+    x.attn_bwd = detail::flops_seconds(a.backward_input, c, m.dtype, o.efficiency.attention);
+    x.attn_wgrad = detail::flops_seconds(a.backward_weight, c, m.dtype, o.efficiency.attention);
+    x.expert_fwd = detail::flops_seconds(f.forward, c, m.dtype, o.efficiency.ffn);
+    x.expert_bwd = detail::flops_seconds(f.backward_input, c, m.dtype, o.efficiency.ffn);
+    x.expert_wgrad = detail::flops_seconds(f.backward_weight, c, m.dtype, o.efficiency.ffn);
+    detail::add_recompute(x, o);
+    x.dispatch_bytes = lc.moe ? lc.dispatch_bytes : 0;
+    x.combine_bytes = lc.moe ? lc.return_bytes : 0;
+    x.hidden_bytes = t * m.hidden * eb;
+    const double gb = o.memory.grad_bytes > 0 ? o.memory.grad_bytes : eb;
+    x.attn_grad_bytes = plan::attention_grad_all_reduce_bytes(m, l, g, o.memory.grad_bytes);
+    // Replicated FFN weights: shared experts on every GPU of the stage; routed experts
+    // only when the stage has more GPUs than experts (each expert on G/E GPUs).
+    if (lc.moe) {
+      const double shared = double(m.shared_experts) * double(gated_ffn_params(m, m.shared_expert_ffn));
+      x.expert_grad_bytes = plan::ring_all_reduce_bytes(shared * gb, g);
+      if (g > m.experts)
+        x.expert_grad_bytes += plan::ring_all_reduce_bytes(double(expert_params(m)) * gb, g / m.experts);
+    } else {
+      x.attn_grad_bytes += plan::ring_all_reduce_bytes(double(plan::ffn_side_params(m, l)) * gb, g);
+    }
+    {
+      const plan::MemoryBytes as = plan::state_bytes(m, double(plan::attention_side_params(m, l)), g, o.memory);
+      double ffn = double(plan::ffn_side_params(m, l));
+      if (lc.moe) {  // routed experts are sharded over min(G, E) GPUs, shared ones replicated
+        const double routed = double(m.experts) * double(expert_params(m));
+        ffn = ffn - routed + routed / std::min(g, m.experts);
+      }
+      const plan::MemoryBytes fs = plan::state_bytes(m, ffn, g, o.memory);
+      x.attn_state_bytes = as.parameters + as.gradients + as.optimizer;
+      x.expert_state_bytes = fs.parameters + fs.gradients + fs.optimizer;
+    }
+    x.attn_activation_bytes = plan::attention_activation_bytes(m, l, o.memory) +
+                              (lc.moe ? 0 : plan::ffn_activation_bytes(m, l, o.memory, d));
+    x.expert_activation_bytes = lc.moe ? plan::ffn_activation_bytes(m, l, o.memory, d) : 0;
+    p.layers.push_back(x);
+  }
+  p.tokens_per_micro_batch = t * g;
+  p.flops_per_micro_batch = detail::model_flops_per_sequence_batch(m) * g;
+  return p;
+}
+
+/// The Problem of AF-Pipe on `c` with layout `lay`: workers A0..A{p-1}, F0..F{p-1};
+/// one pipeline micro-batch is one micro-batch on every GPU of an A group (the
+/// planner's "wave"), so per-F-GPU expert work and per-F-GPU return bytes scale with
+/// M/N (A group size over F group size). Dense layers' FFN runs on the F side
+/// (plan/cost_model.hpp's split), reached by a one-row dispatch. Throws ConfigError
+/// for a layout that does not split the cluster evenly. O(layers).
+inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay, const CostOptions& o = {}) {
+  validate(m);
+  validate(c);
+  plan::validate(o.efficiency);
+  const int a = lay.attention_gpus_per_node, f = lay.ffn_gpus_per_node, pg = lay.groups;
+  expect(a >= 1 && f >= 1 && a + f <= c.gpus_per_node, "attention_gpus_per_node", a,
+         "a >= 1, f >= 1 and a + f <= gpus_per_node (" + std::to_string(c.gpus_per_node) + ")");
+  expect(pg >= 1 && (c.nodes * a) % pg == 0 && (c.nodes * f) % pg == 0, "groups", pg,
+         "a positive divisor of both A GPUs (" + std::to_string(c.nodes * a) + ") and F GPUs (" +
+             std::to_string(c.nodes * f) + ")");
+  const int ga = c.nodes * a / pg, gf = c.nodes * f / pg;
+  expect(m.experts % gf == 0, "ffn_gpus_per_node", f,
+         "an F group size (" + std::to_string(gf) + ") that divides experts (" + std::to_string(m.experts) + ")");
+  if (c.nodes > 1)
+    expect(lay.attention_nics_per_node >= 1 && lay.ffn_nics_per_node >= 1 &&
+               lay.attention_nics_per_node + lay.ffn_nics_per_node <= c.nics_per_node,
+           "attention_nics_per_node", lay.attention_nics_per_node,
+           "at least one NIC per side and at most nics_per_node (" + std::to_string(c.nics_per_node) + ") together");
+  Problem p;
+  for (int i = 0; i < pg; ++i) {
+    Worker w = detail::place_group(c, i, ga, a, lay.attention_nics_per_node, o.efficiency.network);
+    w.name = "A" + std::to_string(i);
+    w.role = Role::kAttention;
+    p.workers.push_back(w);
+  }
+  for (int i = 0; i < pg; ++i) {
+    Worker w = detail::place_group(c, i, gf, f, lay.ffn_nics_per_node, o.efficiency.network);
+    w.name = "F" + std::to_string(i);
+    w.role = Role::kFfn;
+    p.workers.push_back(w);
+  }
+  if (c.nodes == 1)  // one node: A↔F traffic over NVLink only (Worker NICs unused)
+    for (auto& w : p.workers) w.nic_bandwidth = 0;
+  p.network = {c.nic_latency, c.intra_node_latency, o.comm_sm_fraction};
+  p.micro_batches = detail::derive_micro_batches(m, o, ga, "A group size");
+  const plan::DispatchOptions d{gf, o.dedup, 0};
+  const double eb = bytes_of(m.dtype), t = double(m.tokens_per_micro_batch());
+  const double gb = o.memory.grad_bytes > 0 ? o.memory.grad_bytes : eb;
+  const double scale = double(ga) / gf;  // F work per F GPU per A-GPU micro-batch
+  for (int l = 0; l < m.layers; ++l) {
+    const plan::LayerCost lc = plan::layer_cost(m, l, d);
+    LayerCost x;
+    x.moe = true;  // every layer has an F part (experts or the dense FFN)
+    const plan::PassFlops as = lc.attention_side(), fs = lc.ffn_side();
+    x.attn_fwd = detail::flops_seconds(as.forward, c, m.dtype, o.efficiency.attention);
+    x.attn_bwd = detail::flops_seconds(as.backward_input, c, m.dtype, o.efficiency.attention);
+    x.attn_wgrad = detail::flops_seconds(as.backward_weight, c, m.dtype, o.efficiency.attention);
+    x.expert_fwd = detail::flops_seconds(fs.forward * scale, c, m.dtype, o.efficiency.ffn);
+    x.expert_bwd = detail::flops_seconds(fs.backward_input * scale, c, m.dtype, o.efficiency.ffn);
+    x.expert_wgrad = detail::flops_seconds(fs.backward_weight * scale, c, m.dtype, o.efficiency.ffn);
+    detail::add_recompute(x, o);
+    x.dispatch_bytes = lc.dispatch_bytes;
+    x.combine_bytes = lc.return_bytes * scale;
+    x.hidden_bytes = t * m.hidden * eb;
+    x.attn_grad_bytes = plan::attention_grad_all_reduce_bytes(m, l, ga, o.memory.grad_bytes);
+    double replicated = lc.moe ? double(m.shared_experts) * double(gated_ffn_params(m, m.shared_expert_ffn))
+                               : double(plan::ffn_side_params(m, l));
+    x.expert_grad_bytes = plan::ring_all_reduce_bytes(replicated * gb, gf);
+    {
+      const plan::MemoryBytes as = plan::state_bytes(m, double(plan::attention_side_params(m, l)), ga, o.memory);
+      double ffn = double(plan::ffn_side_params(m, l));
+      if (lc.moe) {
+        const double routed = double(m.experts) * double(expert_params(m));
+        ffn = ffn - routed + routed / gf;
+      }
+      const plan::MemoryBytes fs = plan::state_bytes(m, ffn, gf, o.memory);
+      x.attn_state_bytes = as.parameters + as.gradients + as.optimizer;
+      x.expert_state_bytes = fs.parameters + fs.gradients + fs.optimizer;
+    }
+    x.attn_activation_bytes = plan::attention_activation_bytes(m, l, o.memory);
+    x.expert_activation_bytes = plan::ffn_activation_bytes(m, l, o.memory, d) * scale;
+    p.layers.push_back(x);
+  }
+  p.tokens_per_micro_batch = t * ga;
+  p.flops_per_micro_batch = detail::model_flops_per_sequence_batch(m) * ga;
+  return p;
+}
+
+}  // namespace disagmoe::schedule

@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file schedules.hpp
+/// Every shipped policy by name, plus the two searches a user needs before comparing
+/// schedules on a real model: the best pipeline depth for a colocated baseline and the
+/// best A/F split for AF-Pipe, both judged by the simulator (the "simple default"
+/// until the planner's allocator drives AF-Pipe; `simulated_step_seconds` is the
+/// simulator-backed step-time oracle the planner can call).
+#pragma once
+
+#include <disagmoe/error.hpp>
+#include <disagmoe/schedule/afpipe.hpp>
+#include <disagmoe/schedule/baselines.hpp>
+#include <disagmoe/schedule/cost_adapter.hpp>
+#include <disagmoe/schedule/dualpipe.hpp>
+#include <disagmoe/schedule/simulator.hpp>
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace disagmoe::schedule {
+
+/// Command-line names of the shipped policies, in comparison order.
+inline constexpr std::array<std::string_view, 7> kScheduleNames{
+    AFPipe::kName, OneFOneB::kName, Interleaved1F1B::kName, A2AOverlap::kName,
+    ChunkedOverlap::kName, DualPipe::kName, DualPipeV::kName};
+
+/// Run-time knobs of the shipped policies.
+struct PolicyKnobs {
+  int virtual_stages = 2;   ///< interleaved, a2a-overlap, chunked
+  int chunks = 4;           ///< chunked
+  int af_group_size = 0;    ///< afpipe (0: auto)
+  bool af_fuse = true;      ///< afpipe stage alignment
+  bool af_uses_sms = true;  ///< afpipe M2N kernels on SMs
+};
+
+/// Throws ConfigError unless `name` is one of kScheduleNames.
+inline void check_schedule_name(std::string_view name) {
+  for (auto n : kScheduleNames)
+    if (n == name) return;
+  fail("schedule", name, "one of afpipe, 1f1b, interleaved, a2a-overlap, chunked, dualpipe, dualpipev");
+}
+
+/// Builds the schedule called `name` over `pb`. ConfigError for an unknown name or
+/// sizes the policy cannot handle.
+inline Schedule build_schedule(std::string_view name, const Problem& pb, const PolicyKnobs& k = {}) {
+  check_schedule_name(name);
+  if (name == AFPipe::kName) return AFPipe{k.af_group_size, 0, k.af_fuse, k.af_uses_sms}.build(pb);
+  if (name == OneFOneB::kName) return OneFOneB{}.build(pb);
+  if (name == Interleaved1F1B::kName) return Interleaved1F1B{k.virtual_stages}.build(pb);
+  if (name == A2AOverlap::kName) return A2AOverlap{k.virtual_stages}.build(pb);
+  if (name == ChunkedOverlap::kName) return ChunkedOverlap{k.chunks, k.virtual_stages}.build(pb);
+  if (name == DualPipe::kName) return DualPipe{}.build(pb);
+  return DualPipeV{}.build(pb);
+}
+
+/// A simulated configuration: the layout chosen, the schedule and its result.
+struct Simulated {
+  std::string layout;   ///< "stages=8" or "groups=2 a=4 f=4 nics=4/4"
+  bool fits = false;    ///< peak memory within the GPU's HBM × memory_fraction
+  Schedule schedule;
+  SimResult result;
+};
+
+namespace detail {
+inline double hbm_limit(const ClusterSpec& c) { return c.gpu.hbm_bytes * 0.9; }
+
+inline std::optional<Simulated> try_simulate(std::string_view name, const Problem& pb, const PolicyKnobs& k,
+                                             const ClusterSpec& c, std::string layout) {
+  Simulated s;
+  try {
+    s.schedule = build_schedule(name, pb, k);
+  } catch (const ConfigError&) {
+    return std::nullopt;  // sizes this policy cannot run (e.g. DualPipe with m < 2p)
+  }
+  s.result = simulate(s.schedule);
+  if (s.result.deadlocked) return std::nullopt;
+  s.fits = s.result.peak_memory_bytes <= hbm_limit(c);
+  s.layout = std::move(layout);
+  return s;
+}
+
+// Better = fits memory first, then shorter step.
+inline bool better(const Simulated& a, const std::optional<Simulated>& b) {
+  if (!b) return true;
+  if (a.fits != b->fits) return a.fits;
+  return a.result.step_seconds < b->result.step_seconds;
+}
+}  // namespace detail
+
+/// Simulated step time of AF-Pipe with layout `lay` (seconds; +infinity when the
+/// layout is invalid, deadlocks or does not fit memory): the simulator as the planner's
+/// step-time oracle. One simulation, O(ops log ops).
+inline double simulated_step_seconds(const ModelSpec& m, const ClusterSpec& c, const AfLayout& lay,
+                                     const CostOptions& o = {}, const PolicyKnobs& k = {}) {
+  try {
+    const auto s = detail::try_simulate(AFPipe::kName, af_problem(m, c, lay, o), k, c, "");
+    return s && s->fits ? s->result.step_seconds : std::numeric_limits<double>::infinity();
+  } catch (const ConfigError&) {
+    return std::numeric_limits<double>::infinity();
+  }
+}
+
+namespace detail {
+inline std::string af_label(const AfLayout& l, int g, bool rc) {
+  return "p=" + std::to_string(l.groups) + " a/f=" + std::to_string(l.attention_gpus_per_node) + "/" +
+         std::to_string(l.ffn_gpus_per_node) + " nic=" + std::to_string(l.attention_nics_per_node) + "/" +
+         std::to_string(l.ffn_nics_per_node) + " g=" + std::to_string(g) + (rc ? " rc" : "");
+}
+}  // namespace detail
+
+/// Simulates `name` on `c` and returns the best layout found (fits memory first, then
+/// step time). Baselines: pipeline depths {1, 2, 4, 8, 16} (or exactly `stages` > 0).
+/// AF-Pipe: exactly `af` when given, else a two-phase search: every A GPUs per node
+/// 1..gpus_per_node−1 (F gets the rest) and pair count 1..16 with proportional NICs and
+/// ping-pong group 2p, then around the three best: NIC split ±1, ±2 and group sizes
+/// p, 2p, 4p. Each candidate is retried with full recomputation when its activations
+/// do not fit (unless `o.memory.recompute` is already set). Throws ConfigError when no
+/// layout can run. Cost: one simulation per candidate (≈ 150 for AF-Pipe).
+inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const ClusterSpec& c,
+                               const CostOptions& o = {}, const PolicyKnobs& k = {}, int stages = 0,
+                               std::optional<AfLayout> af = std::nullopt) {
+  check_schedule_name(name);
+  std::optional<Simulated> best;
+  // Simulates one candidate, with recomputation when it does not fit otherwise.
+  auto run = [&](auto make_problem, const PolicyKnobs& kk, auto label) -> std::optional<Simulated> {
+    std::optional<Simulated> r;
+    for (bool rc : {false, true}) {
+      if (rc && (o.memory.recompute || (r && r->fits))) break;
+      CostOptions oo = o;
+      oo.memory.recompute = o.memory.recompute || rc;
+      Problem pb;
+      try {
+        pb = make_problem(oo);
+      } catch (const ConfigError&) {
+        return std::nullopt;
+      }
+      auto s = detail::try_simulate(name, pb, kk, c, label(oo.memory.recompute));
+      if (s && detail::better(*s, r)) r = std::move(s);
+    }
+    return r;
+  };
+  auto consider = [&](std::optional<Simulated> s) {
+    if (s && detail::better(*s, best)) best = std::move(s);
+  };
+  if (name == AFPipe::kName) {
+    auto try_af = [&](const AfLayout& lay, int g) {
+      PolicyKnobs kk = k;
+      kk.af_group_size = g;
+      return run([&](const CostOptions& oo) { return af_problem(m, c, lay, oo); }, kk,
+                 [&](bool rc) { return detail::af_label(lay, g, rc); });
+    };
+    if (af) {
+      consider(try_af(*af, k.af_group_size > 0 ? k.af_group_size : 2 * af->groups));
+      if (!best) af_problem(m, c, *af, o);  // rethrow the layout's own error, if any
+    } else {
+      struct Cand {
+        AfLayout lay;
+        double step;
+        bool fits;
+      };
+      std::vector<Cand> first;
+      const bool multi = c.nodes > 1;
+      for (int a = 1; a < c.gpus_per_node; ++a)
+        for (int p = 1; p <= std::min(16, m.layers); ++p) {
+          const int na = std::clamp(c.nics_per_node * a / c.gpus_per_node, 1, std::max(1, c.nics_per_node - 1));
+          const AfLayout lay{p, a, c.gpus_per_node - a, multi ? na : 0, multi ? c.nics_per_node - na : 0};
+          if (auto s = try_af(lay, 2 * p)) {
+            first.push_back({lay, s->result.step_seconds, s->fits});
+            consider(std::move(s));
+          }
+        }
+      std::sort(first.begin(), first.end(), [](const Cand& x, const Cand& y) {
+        return x.fits != y.fits ? x.fits : x.step < y.step;
+      });
+      for (std::size_t i = 0; i < std::min<std::size_t>(3, first.size()); ++i) {
+        const AfLayout base = first[i].lay;
+        for (int d = -2; d <= 2; ++d)
+          for (int gm : {1, 2, 4}) {
+            if (d == 0 && gm == 2) continue;  // phase one already ran it
+            AfLayout lay = base;
+            if (multi) {
+              lay.attention_nics_per_node += d;
+              lay.ffn_nics_per_node -= d;
+              if (lay.attention_nics_per_node < 1 || lay.ffn_nics_per_node < 1) continue;
+            } else if (d != 0) {
+              continue;
+            }
+            consider(try_af(lay, gm * lay.groups));
+          }
+      }
+    }
+  } else {
+    std::vector<int> cand = stages > 0 ? std::vector<int>{stages} : std::vector<int>{1, 2, 4, 8, 16};
+    for (int p : cand) {
+      if (stages > 0) colocated_problem(m, c, {p}, o);  // an explicit bad --stages is an error
+      consider(run([&](const CostOptions& oo) { return colocated_problem(m, c, {p}, oo); }, k,
+                   [&](bool rc) { return "stages=" + std::to_string(p) + (rc ? " rc" : ""); }));
+    }
+  }
+  expect(best.has_value(), "schedule", name,
+         "a layout this schedule can run for this model, cluster and batch (try --micro-batches or --stages)");
+  return std::move(*best);
+}
+
+}  // namespace disagmoe::schedule

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+// The cost adapter against a recount from plan/cost_model.hpp, and the simulator-backed
+// searches on a small cluster.
+#include <disagmoe/plan/cost_model.hpp>
+#include <disagmoe/schedule/schedules.hpp>
+#include <disagmoe/spec/presets.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+namespace ds = disagmoe::schedule;
+namespace dp = disagmoe::plan;
+
+TEST_CASE("colocated problem: layout, micro-batches and FLOPs recount") {
+  const auto m = disagmoe::model_preset("deepseek-moe-16b");
+  const auto c = disagmoe::cluster_preset("h800x128");
+  ds::CostOptions o;
+  const auto pb = ds::colocated_problem(m, c, {8}, o);
+  REQUIRE(pb.workers.size() == 8);
+  CHECK(pb.workers[0].gpus == 16);
+  CHECK(pb.workers[0].nodes == 2);
+  CHECK(pb.workers[3].first_node == 6);
+  CHECK(pb.micro_batches == 1024 / 16);
+  CHECK(pb.tokens_per_micro_batch * pb.micro_batches == doctest::Approx(1024.0 * m.seq_len));
+  // NIC share per GPU: 8 NICs x 50 GB/s x 0.85 over 8 GPUs.
+  CHECK(pb.workers[0].nic_bandwidth == doctest::Approx(50e9 * 0.85));
+  const double peak = c.gpu.peak_flops(m.dtype);
+  double attn = 0, ffn = 0, attn_ref = 0, ffn_ref = 0;
+  for (int l = 0; l < m.layers; ++l) {
+    const auto& x = pb.layers[static_cast<std::size_t>(l)];
+    attn += (x.attn_fwd + x.attn_bwd + x.attn_wgrad) * peak * o.efficiency.attention;
+    ffn += (x.expert_fwd + x.expert_bwd + x.expert_wgrad) * peak * o.efficiency.ffn;
+    const auto lc = dp::layer_cost(m, l);
+    attn_ref += lc.attention_side().total() + (lc.moe ? 0 : lc.dense_ffn.total());
+    ffn_ref += (lc.experts + lc.shared_experts).total();
+    CHECK(x.moe == m.is_moe_layer(l));
+    if (x.moe) CHECK(x.dispatch_bytes == doctest::Approx(dp::dispatch_bytes(m, l, {16, true, 0})));
+  }
+  CHECK(attn == doctest::Approx(attn_ref));
+  CHECK(ffn == doctest::Approx(ffn_ref));
+  CHECK_THROWS_WITH_AS(ds::colocated_problem(m, c, {7}, o), doctest::Contains("stages = 7"), disagmoe::ConfigError);
+}
+
+TEST_CASE("AF problem: expert work per F GPU scales with A/F group sizes; tokens match colocated") {
+  const auto m = disagmoe::model_preset("qwen3-235b-a22b");
+  const auto c = disagmoe::cluster_preset("h800x128");
+  const ds::AfLayout lay{4, 6, 2, 6, 2};
+  const auto pb = ds::af_problem(m, c, lay);
+  REQUIRE(pb.workers.size() == 8);
+  CHECK(pb.workers[0].role == ds::Role::kAttention);
+  CHECK(pb.workers[4].role == ds::Role::kFfn);
+  CHECK(pb.workers[0].gpus == 24);  // 16 nodes x 6 / 4 groups
+  CHECK(pb.workers[4].gpus == 8);   // 16 x 2 / 4
+  CHECK(pb.workers[0].nodes == 4);
+  CHECK(pb.workers[4].nic_bandwidth == doctest::Approx(2 * 50e9 * 0.85 / 2));
+  CHECK(pb.micro_batches == 1024 / 24);  // rounded down: 42 waves of 24 sequences
+  const double peak = c.gpu.peak_flops(m.dtype);
+  const auto lc = dp::layer_cost(m, 5, {8, true, 0});
+  CHECK(pb.layers[5].expert_fwd * peak * 0.45 == doctest::Approx(lc.ffn_side().forward * 24.0 / 8.0));
+  CHECK(pb.layers[5].combine_bytes == doctest::Approx(lc.return_bytes * 3.0));
+  const auto col = ds::colocated_problem(m, c, {8});
+  CHECK(pb.flops_per_micro_batch / pb.tokens_per_micro_batch ==
+        doctest::Approx(col.flops_per_micro_batch / col.tokens_per_micro_batch));
+  CHECK_THROWS_WITH_AS(ds::af_problem(m, c, {3, 4, 4, 4, 4}), doctest::Contains("groups = 3"), disagmoe::ConfigError);
+  CHECK_THROWS_WITH_AS(ds::af_problem(m, c, {1, 4, 4, 6, 4}), doctest::Contains("attention_nics_per_node"),
+                       disagmoe::ConfigError);
+}
+
+TEST_CASE("recomputation trades activation memory for one extra forward") {
+  const auto m = disagmoe::model_preset("gpt-oss-120b");
+  const auto c = disagmoe::cluster_preset("h800x128");
+  ds::CostOptions a, b;
+  b.memory.recompute = true;
+  const auto x = ds::colocated_problem(m, c, {4}, a).layers[3];
+  const auto y = ds::colocated_problem(m, c, {4}, b).layers[3];
+  CHECK(y.attn_bwd == doctest::Approx(x.attn_bwd + x.attn_fwd));
+  CHECK(y.expert_bwd == doctest::Approx(x.expert_bwd + x.expert_fwd));
+  CHECK(y.attn_activation_bytes < x.attn_activation_bytes);
+  CHECK(y.expert_activation_bytes < x.expert_activation_bytes);
+}
+
+TEST_CASE("searches pick a runnable layout; the step-time oracle is finite exactly for valid layouts") {
+  auto m = disagmoe::model_preset("olmoe-1b-7b");
+  m.seq_len = 1024;
+  const auto c = disagmoe::parse_cluster_name("h800x128:2");
+  ds::CostOptions o;
+  o.global_batch = 64;
+  for (auto name : ds::kScheduleNames) {
+    CAPTURE(name);
+    const auto s = ds::simulate_best(name, m, c, o);
+    CHECK_FALSE(s.result.deadlocked);
+    CHECK(s.result.step_seconds >= s.result.lower_bound_seconds);
+    CHECK(s.result.tokens_per_second * s.result.step_seconds == doctest::Approx(64.0 * 1024));
+  }
+  CHECK(std::isfinite(ds::simulated_step_seconds(m, c, {2, 4, 4, 4, 4}, o)));
+  CHECK(std::isinf(ds::simulated_step_seconds(m, c, {3, 4, 4, 4, 4}, o)));
+  CHECK_THROWS_WITH_AS(ds::simulate_best("gpipe", m, c, o), doctest::Contains("schedule = \"gpipe\""),
+                       disagmoe::ConfigError);
+}
