@@ -74,7 +74,21 @@ inline void exclusive_offsets(std::span<const std::int64_t> counts, std::span<st
   for (std::size_t i = 0; i < counts.size(); ++i) offsets[i + 1] = offsets[i] + counts[i];
 }
 
+/// Rows ahead of the current one whose source the gathers prefetch.
+inline constexpr std::size_t kPrefetchDistance = 4;
+
 namespace detail {
+/// Prefetches the first cache lines of a row (GCC/Clang builtin; a no-op elsewhere).
+inline void prefetch_row(const void* p, std::size_t bytes) {
+#if defined(__GNUC__)
+  const auto* c = static_cast<const char*>(p);
+  for (std::size_t off = 0; off < bytes && off < 512; off += 64) __builtin_prefetch(c + off);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 inline void check_rows(std::size_t elems, std::size_t width, std::size_t rows, const char* field) {
   if (elems < rows * width) fail(field, elems, "at least rows * width elements");
 }
@@ -92,9 +106,14 @@ void gather_rows(std::span<const T> src, std::size_t width, std::span<const std:
       if (i < 0 || i >= src_rows) fail("gather_rows index[i]", i, "a row of src");
   const std::size_t row_bytes = width * sizeof(T);
   parallel_for(index.size(), index.size() * row_bytes, opts, [&](std::size_t b, std::size_t e) {
-    for (std::size_t i = b; i < e; ++i)
+    for (std::size_t i = b; i < e; ++i) {
+      // Rows come from random places: touch a later source row early so its page walk
+      // and first lines overlap this copy (hardware prefetchers stop at page borders).
+      if (i + kPrefetchDistance < e)
+        detail::prefetch_row(src.data() + static_cast<std::size_t>(index[i + kPrefetchDistance]) * width, row_bytes);
       std::memcpy(dst.data() + i * width, src.data() + static_cast<std::size_t>(index[i]) * width,
                   row_bytes);
+    }
   });
 }
 
@@ -146,21 +165,36 @@ void combine_rows(std::span<const T> src, std::size_t width, std::span<const std
   const bool weighted = !w.empty();
   parallel_for(rows, idx.size() * width * sizeof(T), opts, [&](std::size_t b, std::size_t e) {
     for (std::size_t r = b; r < e; ++r) {
-      T* o = out.data() + r * width;
+      T* __restrict o = out.data() + r * width;  // out never aliases src (distinct buffers)
       const auto q0 = static_cast<std::size_t>(seg[r]), q1 = static_cast<std::size_t>(seg[r + 1]);
       if (q0 >= q1) {
         std::fill(o, o + width, T{});
         continue;
       }
-      const T* s0 = src.data() + static_cast<std::size_t>(idx[q0]) * width;
-      if (weighted) {
-        const T w0 = static_cast<T>(w[q0]);
+      if (r + 1 < e)  // the next row's terms: random rows, see gather_rows
+        for (auto q = static_cast<std::size_t>(seg[r + 1]); q < static_cast<std::size_t>(seg[r + 2]); ++q)
+          detail::prefetch_row(src.data() + static_cast<std::size_t>(idx[q]) * width, width * sizeof(T));
+      const T* __restrict s0 = src.data() + static_cast<std::size_t>(idx[q0]) * width;
+      const T w0 = weighted ? static_cast<T>(w[q0]) : T{1};
+      std::size_t q = q0 + 1;
+      if (q < q1) {
+        // First two terms in one pass: t0 + t1 rounds exactly as the two-pass form
+        // (t0 stored, then + t1) but reads and writes the output row once.
+        const T* __restrict s1 = src.data() + static_cast<std::size_t>(idx[q]) * width;
+        const T w1 = weighted ? static_cast<T>(w[q]) : T{1};
+        if (weighted) {
+          for (std::size_t c = 0; c < width; ++c) o[c] = w0 * s0[c] + w1 * s1[c];
+        } else {
+          for (std::size_t c = 0; c < width; ++c) o[c] = s0[c] + s1[c];
+        }
+        ++q;
+      } else if (weighted) {
         for (std::size_t c = 0; c < width; ++c) o[c] = w0 * s0[c];
       } else {
         std::memcpy(o, s0, width * sizeof(T));
       }
-      for (std::size_t q = q0 + 1; q < q1; ++q) {
-        const T* s = src.data() + static_cast<std::size_t>(idx[q]) * width;
+      for (; q < q1; ++q) {
+        const T* __restrict s = src.data() + static_cast<std::size_t>(idx[q]) * width;
         if (weighted) {
           const T wq = static_cast<T>(w[q]);
           for (std::size_t c = 0; c < width; ++c) o[c] += wq * s[c];

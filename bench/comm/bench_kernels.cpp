@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// (a) Host token kernels against a plain memcpy of the same bytes, in the same run.
+// permute   : dst[i] = src[perm[i]] for a random permutation (every row moved once);
+// unpermute : out[t] = sum_j w_tj * src[pos_tj] (top-k weighted combine, the return
+//             path), compared with memcpy of the bytes it reads.
+#include <disagmoe/backend/host/token_kernels.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+template <class F>
+double median_seconds(int reps, F&& f) {
+  std::vector<double> t;
+  f();  // warm-up: page faults and caches
+  for (int r = 0; r < reps; ++r) {
+    const auto a = Clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(Clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+}  // namespace
+
+int main() {
+  using namespace disagmoe;
+  const std::size_t tokens = 16384, width = 1024, k = 2;  // 4 KiB fp32 rows, 64 MiB per matrix
+  const int reps = 11;
+  std::mt19937_64 rng(1);
+  std::vector<float> src(tokens * k * width), dst(tokens * k * width), out(tokens * width);
+  for (auto& x : src) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+  std::vector<std::int64_t> perm(tokens * k);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  // Return path: token t's k partial rows sit at random places of a [tokens*k] buffer.
+  std::vector<std::int64_t> seg(tokens + 1), idx(perm);
+  std::vector<float> w(tokens * k);
+  for (std::size_t t = 0; t <= tokens; ++t) seg[t] = static_cast<std::int64_t>(t * k);
+  for (auto& x : w) x = std::uniform_real_distribution<float>(0, 1)(rng);
+
+  std::printf("# bench_comm_kernels: %zu rows x %zu fp32 (%.0f MiB moved per call), median of %d\n",
+              tokens * k, width, static_cast<double>(tokens * k * width * 4) / (1 << 20), reps);
+  std::printf("%-28s %8s %10s %10s %8s\n", "kernel", "threads", "kernel GB/s", "memcpy GB/s", "ratio");
+  const double bytes = static_cast<double>(tokens * k * width * sizeof(float));
+  for (int threads : {1, 2}) {
+    host::KernelOptions opts{threads, std::size_t{1} << 20};
+    const double t_copy = median_seconds(reps, [&] { std::memcpy(dst.data(), src.data(), static_cast<std::size_t>(bytes)); });
+    const double t_perm = median_seconds(reps, [&] {
+      host::gather_rows<float>(src, width, perm, dst, opts, false);
+    });
+    const double t_comb = median_seconds(reps, [&] {
+      host::combine_rows<float, float>(src, width, seg, idx, w, out, opts);
+    });
+    const double copy_gbs = bytes / t_copy / 1e9;
+    std::printf("%-28s %8d %10.2f %10.2f %7.0f%%\n", "permute (gather rows)", threads, bytes / t_perm / 1e9, copy_gbs,
+                100.0 * t_copy / t_perm);
+    std::printf("%-28s %8d %10.2f %10.2f %7.0f%%\n", "unpermute (k=2 combine)", threads, bytes / t_comb / 1e9, copy_gbs,
+                100.0 * t_copy / t_comb);
+  }
+  return 0;
+}
