@@ -153,8 +153,11 @@ class Simulator {
     for (std::size_t i = 0; i < n; ++i) {
       const Op& op = s_.ops[i];
       if (!is_comm(op.kind)) continue;
-      st_[i].uses = comm_uses(s_, op);
-      for (const auto& u : st_[i].uses)
+      const CommUses cu = comm_uses(s_, op);
+      if (cu.empty()) continue;
+      st_[i].uses = static_cast<int>(uses_.size());
+      uses_.push_back(cu);
+      for (const auto& u : cu)
         expect(capacity(s_, u.resource) > 0, "Schedule.workers[" + std::to_string(u.resource / 4) + "]." +
                (u.resource % 4 < 2 ? "nic_bandwidth" : "nvlink_bandwidth"), 0.0,
                "a positive bandwidth: op " + std::to_string(i) + " (" + std::string(to_string(op.kind)) + ") moves bytes over it");
@@ -186,7 +189,7 @@ class Simulator {
     double left = 1;      // fraction of work left
     double rate = 0;      // fraction per second
     double since = 0;     // time `left` was last updated
-    CommUses uses;
+    int uses = -1;        // index into uses_ for comm ops that move bytes
   };
   struct WorkerState {
     std::vector<int> compute;  // running compute ops
@@ -202,6 +205,10 @@ class Simulator {
     std::uint32_t version;
     bool operator>(const Event& o) const { return time > o.time || (time == o.time && op > o.op); }
   };
+
+  const CommUses& uses_of(int id) const {
+    return uses_[static_cast<std::size_t>(st_[static_cast<std::size_t>(id)].uses)];
+  }
 
   void touch(int w) {
     auto& k = ws_[static_cast<std::size_t>(w)];
@@ -250,7 +257,7 @@ class Simulator {
       rerate_compute(op.worker);
       return;
     }
-    if (o.uses.empty()) return instant(id);
+    if (o.uses < 0) return instant(id);
     touch(op.worker);
     ++wk.comm;
     if (op.uses_sms) ++wk.sm_comm;
@@ -265,7 +272,7 @@ class Simulator {
       if (op.peer != op.worker) rerate_compute(op.peer);
     }
     bool remote = false;
-    for (const auto& u : o.uses) remote = remote || u.resource % 4 < 2;
+    for (const auto& u : uses_of(id)) remote = remote || u.resource % 4 < 2;
     const double lat = remote ? s_.network.nic_latency : s_.network.nvlink_latency;
     o.state = kLatency;
     push(id, now_ + lat);
@@ -289,8 +296,8 @@ class Simulator {
     o.state = kRunning;
     o.left = 1;
     o.since = now_;
-    for (const auto& u : o.uses) flows_on_[static_cast<std::size_t>(u.resource)].push_back(id);
-    rerate_flows(o.uses);
+    for (const auto& u : uses_of(id)) flows_on_[static_cast<std::size_t>(u.resource)].push_back(id);
+    rerate_flows(uses_of(id));
   }
 
   void advance(int id) {
@@ -306,7 +313,9 @@ class Simulator {
     for (int id : k.compute) {
       advance(id);
       auto& o = st_[static_cast<std::size_t>(id)];
-      o.rate = share * slow / s_.ops[static_cast<std::size_t>(id)].seconds;
+      const double rate = share * slow / s_.ops[static_cast<std::size_t>(id)].seconds;
+      if (rate == o.rate) continue;  // its pending event is still exact
+      o.rate = rate;
       push(id, now_ + o.left / o.rate);
     }
   }
@@ -322,10 +331,11 @@ class Simulator {
       advance(id);
       auto& o = st_[static_cast<std::size_t>(id)];
       double rate = std::numeric_limits<double>::infinity();
-      for (const auto& u : o.uses) {
+      for (const auto& u : uses_of(id)) {
         const double n = static_cast<double>(flows_on_[static_cast<std::size_t>(u.resource)].size());
         rate = std::min(rate, capacity(s_, u.resource) / (n * u.bytes));
       }
+      if (rate == o.rate) continue;  // its pending event is still exact
       o.rate = rate;
       push(id, now_ + o.left / o.rate);
     }
@@ -348,7 +358,7 @@ class Simulator {
         c.erase(it);
         rerate_compute(op.worker);
       }
-    } else if (!o.uses.empty()) {
+    } else if (o.uses >= 0) {
       touch(op.worker);
       --wk.comm;
       if (op.uses_sms) --wk.sm_comm;
@@ -358,11 +368,11 @@ class Simulator {
         --pk.comm;
         if (op.uses_sms) --pk.sm_comm;
       }
-      for (const auto& u : o.uses) {
+      for (const auto& u : uses_of(id)) {
         auto& f = flows_on_[static_cast<std::size_t>(u.resource)];
         f.erase(std::remove(f.begin(), f.end(), id), f.end());
       }
-      rerate_flows(o.uses);
+      rerate_flows(uses_of(id));
       if (op.uses_sms) {
         rerate_compute(op.worker);
         if (op.peer != op.worker) rerate_compute(op.peer);
@@ -428,7 +438,9 @@ class Simulator {
     for (std::size_t i = 0; i < s_.ops.size(); ++i) {
       const Op& op = s_.ops[i];
       if (!is_comm(op.kind)) ws_[static_cast<std::size_t>(op.worker)].m.compute_seconds += op.seconds;
-      for (const auto& u : st_[i].uses) load[static_cast<std::size_t>(u.resource)] += u.bytes / capacity(s_, u.resource);
+      if (st_[i].uses >= 0)
+        for (const auto& u : uses_of(static_cast<int>(i)))
+          load[static_cast<std::size_t>(u.resource)] += u.bytes / capacity(s_, u.resource);
     }
     double gpus = 0, peak = 0;
     for (std::size_t w = 0; w < s_.workers.size(); ++w) {
@@ -464,6 +476,7 @@ class Simulator {
   std::vector<std::vector<int>> flows_on_;
   std::vector<int> succ_start_, succ_;
   std::vector<int> scratch_;
+  std::vector<CommUses> uses_;
   std::vector<std::array<std::size_t, kStreams>> head_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   double now_ = 0;
