@@ -35,14 +35,15 @@ struct Batch {
 struct Problem {
   std::uint64_t seed = 0;
   bool exact = false;  // small integers and dyadic gates: every order of summation is exact
+  bool hand_off = false;  // the pair also holds M next-layer A-ranks receiving the return
   int m = 0, n = 0, experts = 0, k = 0, h = 0, steps = 3;
-  std::vector<int> pair_members;  // world ranks; A-ranks first
+  std::vector<int> pair_members;  // world ranks; A-ranks, F-ranks, [next-layer A-ranks]
   std::vector<std::int32_t> expert_rank;
   std::vector<std::vector<float>> weights;  // W_e: [H x H] row-major, y = W x
   std::vector<std::vector<Batch>> batches;  // [step][A-rank]
 };
 
-inline Problem make_problem(std::uint64_t seed, int world, bool exact) {
+inline Problem make_problem(std::uint64_t seed, int world, bool exact, bool hand_off = false) {
   std::mt19937_64 rng(seed);
   auto uni = [&](int lo, int hi) { return lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1)); };
   auto value = [&](int lim) {
@@ -51,12 +52,13 @@ inline Problem make_problem(std::uint64_t seed, int world, bool exact) {
   Problem p;
   p.seed = seed;
   p.exact = exact;
-  p.m = uni(1, world - 1);
-  p.n = uni(1, world - p.m);
+  p.hand_off = hand_off;  // needs world >= 3
+  p.m = hand_off ? uni(1, (world - 1) / 2) : uni(1, world - 1);
+  p.n = uni(1, world - p.m * (hand_off ? 2 : 1));
   p.pair_members.resize(static_cast<std::size_t>(world));
   std::iota(p.pair_members.begin(), p.pair_members.end(), 0);
   std::shuffle(p.pair_members.begin(), p.pair_members.end(), rng);
-  p.pair_members.resize(static_cast<std::size_t>(p.m + p.n));  // the rest stay idle
+  p.pair_members.resize(static_cast<std::size_t>(p.m * (hand_off ? 2 : 1) + p.n));  // the rest stay idle
   p.experts = uni(1, 10);
   p.k = uni(1, std::min(p.experts, 4));
   p.h = uni(1, 8);
@@ -204,6 +206,7 @@ inline ChannelConfig config_of(const Problem& p, int timeout_ms) {
   c.top_k = p.k;
   c.expert_rank = p.expert_rank;
   c.tag_base = 8;
+  c.hand_off = p.hand_off;
   c.timeout = std::chrono::milliseconds(timeout_ms);
   return c;
 }
@@ -221,7 +224,14 @@ void run_exchange(T& world, const Problem& p, int kernel_threads = 1) {
   const auto h = static_cast<std::size_t>(p.h), k = static_cast<std::size_t>(p.k);
   for (int s = 0; s < p.steps; ++s) {
     const auto& step = p.batches[static_cast<std::size_t>(s)];
-    if (pair->rank() < p.m) {
+    if (pair->rank() >= p.m + p.n) {  // next-layer A-rank (hand-off)
+      const auto& b = step[static_cast<std::size_t>(pair->rank() - p.m - p.n)];
+      const auto ex = oracle(p, b);
+      std::vector<float> out(b.tokens * h, -1);
+      ch.receive_return(s, out);
+      verify(same_result(p, out.data(), ex.y.data(), out.size()), p, me, "handed-off output differs from the oracle, step " + std::to_string(s));
+      ch.backward_dispatch(b.grad_out);
+    } else if (pair->rank() < p.m) {
       const auto& b = step[static_cast<std::size_t>(pair->rank())];
       const auto ex = oracle(p, b);
       std::vector<float> out(b.tokens * h, -1), gx(b.tokens * h, -1), gg(b.tokens * k, -1);
@@ -234,9 +244,11 @@ void run_exchange(T& world, const Problem& p, int kernel_threads = 1) {
         want_rows += std::unique(d.begin(), d.end()) - d.begin();
       }
       verify(ch.last_rows_sent() == want_rows, p, me, "rows sent != distinct (token, F-rank) pairs");
-      ch.combine(out);
-      verify(same_result(p, out.data(), ex.y.data(), out.size()), p, me, "combined output differs from the oracle, step " + std::to_string(s));
-      ch.backward_dispatch(b.grad_out);
+      if (!p.hand_off) {
+        ch.combine(out);
+        verify(same_result(p, out.data(), ex.y.data(), out.size()), p, me, "combined output differs from the oracle, step " + std::to_string(s));
+        ch.backward_dispatch(b.grad_out);
+      }
       ch.backward_combine(gx, gg);
       verify(same_result(p, gx.data(), ex.grad_x.data(), gx.size()), p, me, "dL/dx differs from the oracle, step " + std::to_string(s));
       verify(same_result(p, gg.data(), ex.grad_gates.data(), gg.size()), p, me, "dL/dgate differs from the oracle, step " + std::to_string(s));
@@ -287,6 +299,7 @@ void run_exchange(T& world, const Problem& p, int kernel_threads = 1) {
       ch.send_grad();
     }
   }
+  ch.flush();  // a peer may still be receiving this rank's last sends
 }
 
 /// A fixed problem on the whole world: A-ranks [0, w/2), F-ranks the rest, every

@@ -26,6 +26,7 @@ std::vector<std::string> per_rank(int world_size, Body&& body) {
 /// Runs the exchange suite on every rank; reports a verification failure in
 /// preference to the timeouts it causes on the other ranks.
 void check_exchange(const LoopbackWorld& world, const exchange::Problem& p, int threads = 1) {
+  REQUIRE(!p.pair_members.empty());
   std::mutex mu;
   std::string failure, other;
   host::run_ranks(world, [&](LoopbackTransport& t) {
@@ -52,6 +53,16 @@ TEST_CASE("randomised exchanges: send-once rows, exact combine, backward, on loo
       INFO("seed = " << seed << ", exact = " << exact << ", world = " << world_size);
       const auto p = exchange::make_problem(seed, world_size, exact);
       check_exchange(LoopbackWorld(world_size), p);
+    }
+  }
+}
+
+TEST_CASE("hand-off: F-ranks return to the next layer's A-ranks, which start the backward") {
+  for (std::uint64_t seed = 300; seed <= 340; ++seed) {
+    for (bool exact : {true, false}) {
+      const int world_size = 3 + static_cast<int>(seed % 6);
+      INFO("seed = " << seed << ", exact = " << exact << ", world = " << world_size);
+      check_exchange(LoopbackWorld(world_size), exchange::make_problem(seed, world_size, exact, true));
     }
   }
 }

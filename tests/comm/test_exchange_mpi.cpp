@@ -99,6 +99,17 @@ TEST_CASE("mpi: randomised exchanges match the oracles") {
   }
 }
 
+TEST_CASE("mpi: hand-off exchanges match the oracles") {
+  const int world_size = mpi::Transport::world().size();
+  for (std::uint64_t seed = 300; seed <= 305; ++seed) {
+    for (bool exact : {true, false}) {
+      INFO("seed = " << seed << ", exact = " << exact);
+      const auto p = exchange::make_problem(seed, world_size, exact, true);
+      collective([&](mpi::Transport& world) { exchange::run_exchange(world, p); });
+    }
+  }
+}
+
 TEST_CASE("mpi: a silent F-rank fails the A-ranks within the deadline, naming it") {
   std::string msg;
   collective([&](mpi::Transport& world) { msg = exchange::run_silent_peer(world, world.size() - 1, 200); });

@@ -45,6 +45,10 @@ struct ChannelConfig {
   std::chrono::milliseconds timeout{30000};
   /// Threads for the permute / combine kernels (results do not depend on it).
   host::KernelOptions kernels{};
+  /// AF-Pipe hand-off: the pair group has 2M + N ranks, [M + N, 2M + N) being the
+  /// next layer's A-ranks; F-ranks return A-rank a's combined rows to next-layer
+  /// A-rank a (the fused combine + dispatch stage), which also starts the backward.
+  bool hand_off = false;
 };
 
 /// Throws ConfigError naming the first invalid field of `c` for a pair group of
@@ -52,8 +56,10 @@ struct ChannelConfig {
 inline void validate(const ChannelConfig& c, int pair_size) {
   expect(c.attention_ranks >= 1, "ChannelConfig.attention_ranks", c.attention_ranks, ">= 1");
   expect(c.ffn_ranks >= 1, "ChannelConfig.ffn_ranks", c.ffn_ranks, ">= 1");
-  expect(c.attention_ranks + c.ffn_ranks == pair_size, "ChannelConfig.attention_ranks + ffn_ranks",
-         c.attention_ranks + c.ffn_ranks, "the size of the pair group (" + std::to_string(pair_size) + ")");
+  const int ranks = c.attention_ranks * (c.hand_off ? 2 : 1) + c.ffn_ranks;
+  expect(ranks == pair_size,
+         c.hand_off ? "ChannelConfig 2 * attention_ranks + ffn_ranks (hand_off)" : "ChannelConfig.attention_ranks + ffn_ranks",
+         ranks, "the size of the pair group (" + std::to_string(pair_size) + ")");
   expect(c.hidden >= 1, "ChannelConfig.hidden", c.hidden, ">= 1");
   expect(!c.expert_rank.empty(), "ChannelConfig.expert_rank.size()", 0, ">= 1 expert");
   expect(c.top_k >= 1 && c.top_k <= static_cast<int>(c.expert_rank.size()), "ChannelConfig.top_k", c.top_k,
@@ -70,10 +76,11 @@ inline void validate(const ChannelConfig& c, int pair_size) {
 
 /// The fields every rank of a channel must agree on, as exchanged at creation.
 struct ChannelFingerprint {
-  static constexpr std::array<std::string_view, 9> kNames{
+  static constexpr std::array<std::string_view, 10> kNames{
       "ChannelConfig.attention_ranks", "ChannelConfig.ffn_ranks", "ChannelConfig.hidden",
       "ChannelConfig.top_k",           "ChannelConfig.expert_rank.size()", "element size (bytes)",
-      "ChannelConfig.expert_rank (hash)", "ChannelConfig.tag_base", "ChannelConfig.name (hash)"};
+      "ChannelConfig.expert_rank (hash)", "ChannelConfig.tag_base", "ChannelConfig.name (hash)",
+      "ChannelConfig.hand_off"};
   std::array<std::int64_t, kNames.size()> values{};
 
   /// FNV-1a, 64 bit (Fowler, Noll, Vo; IETF draft-eastlake-fnv).
@@ -95,7 +102,8 @@ struct ChannelFingerprint {
                 static_cast<std::int64_t>(element_bytes),
                 hash(c.expert_rank.data(), c.expert_rank.size() * sizeof(std::int32_t)),
                 c.tag_base,
-                hash(c.name.data(), c.name.size())};
+                hash(c.name.data(), c.name.size()),
+                c.hand_off ? 1 : 0};
     return f;
   }
 

@@ -240,4 +240,39 @@ class ArrivalLayout {
   std::vector<std::int32_t> row_slot_;
 };
 
+/// Rows keyed by token, as the hand-off A-rank receives them: groups the rows
+/// (sources concatenated in ascending order) by token, so that a token's rows are
+/// listed, and combined, in ascending source order.
+class TokenGather {
+ public:
+  /// `row_tokens[r]`: the token of row r. Throws IoError naming the first row whose
+  /// token lies outside [0, tokens). O(rows + tokens).
+  void build(std::span<const std::int64_t> row_tokens, std::size_t tokens) {
+    tokens_ = tokens;
+    offsets_.assign(tokens + 1, 0);
+    for (std::size_t r = 0; r < row_tokens.size(); ++r) {
+      const auto t = row_tokens[r];
+      if (t < 0 || static_cast<std::size_t>(t) >= tokens)
+        fail<IoError>("returned row token (row " + std::to_string(r) + ")", t,
+                      "a token in [0, tokens = " + std::to_string(tokens) + ")");
+      ++offsets_[static_cast<std::size_t>(t) + 1];
+    }
+    for (std::size_t t = 0; t < tokens; ++t) offsets_[t + 1] += offsets_[t];
+    cursor_.assign(offsets_.begin(), offsets_.end() - 1);
+    detail::grow(rows_, row_tokens.size());
+    for (std::size_t r = 0; r < row_tokens.size(); ++r)
+      rows_[static_cast<std::size_t>(cursor_[static_cast<std::size_t>(row_tokens[r])]++)] = static_cast<std::int64_t>(r);
+  }
+  /// Per-token segments into token_rows(): size tokens + 1.
+  std::span<const std::int64_t> token_offsets() const { return {offsets_.data(), tokens_ + 1}; }
+  /// For each token, its rows in ascending row (= source) order.
+  std::span<const std::int64_t> token_rows() const {
+    return {rows_.data(), static_cast<std::size_t>(offsets_[tokens_])};
+  }
+
+ private:
+  std::size_t tokens_ = 0;
+  std::vector<std::int64_t> offsets_, cursor_, rows_;
+};
+
 }  // namespace disagmoe::comm

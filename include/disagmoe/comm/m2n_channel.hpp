@@ -22,6 +22,12 @@
 /// [-> receive_grad -> (fill expert_grad_input) -> send_grad]. One channel carries one
 /// micro-batch at a time; keep one channel per micro-batch in flight.
 ///
+/// Hand-off (`ChannelConfig::hand_off`, AF-Pipe's fused combine + next dispatch): the
+/// F-ranks return A-rank a's rows, each tagged with its token, to next-layer A-rank
+/// a, which combines them in ascending F-rank order (same contract) and later sends
+/// dL/dy back; dL/dx and dL/dgate still go to A-rank a. A-rank: dispatch
+/// [-> backward_combine]. Next-layer A-rank: receive_return [-> backward_dispatch].
+///
 /// Buffers are members that only grow, so once sizes stop growing no step allocates.
 #pragma once
 
@@ -50,7 +56,7 @@ class M2NChannel {
 
  public:
   /// Which side of the exchange this rank is on.
-  enum class Role { kAttention, kFfn };
+  enum class Role { kAttention, kFfn, kNextAttention };
 
   /// Collective over `pair`: validates `config` (ConfigError), then exchanges
   /// fingerprints with every other rank and throws ConfigError naming the first field
@@ -61,8 +67,11 @@ class M2NChannel {
     n_ = config_.ffn_ranks;
     h_ = static_cast<std::size_t>(config_.hidden);
     k_ = static_cast<std::size_t>(config_.top_k);
-    role_ = pair_.rank() < m_ ? Role::kAttention : Role::kFfn;
-    pending_.reserve(static_cast<std::size_t>(4 * (m_ + n_) + 8));
+    hand_off_ = config_.hand_off;
+    role_ = pair_.rank() < m_        ? Role::kAttention
+            : pair_.rank() < m_ + n_ ? Role::kFfn
+                                     : Role::kNextAttention;
+    pending_.reserve(static_cast<std::size_t>(5 * (2 * m_ + n_) + 8));
     if (role_ == Role::kFfn) arrival_.set_placement(config_.expert_rank, pair_.rank() - m_);
     handshake();
   }
@@ -87,7 +96,10 @@ class M2NChannel {
   /// O(T * (top_k^2 + hidden)).
   void dispatch(std::int64_t step, std::span<const Elem> tokens,
                 std::span<const std::int32_t> topk_ids, std::span<const float> gates) {
-    enter(Role::kAttention, "dispatch", {State::kIdle, State::kCombined});
+    enter(Role::kAttention, "dispatch", {State::kIdle, State::kCombined, State::kDispatched});
+    if (!hand_off_ && state_ == State::kDispatched)
+      fail(channel_field("dispatch"), "out of order", "combine() before the next dispatch");
+    wait_pending();  // hand-off: the sends of the previous step
     expect(topk_ids.size() % k_ == 0, "M2NChannel.dispatch topk_ids.size()", topk_ids.size(),
            "a multiple of top_k");
     const std::size_t t = topk_ids.size() / k_;
@@ -114,11 +126,12 @@ class M2NChannel {
       const auto c = static_cast<std::size_t>(layout_.count(d));
       const auto o = static_cast<std::size_t>(layout_.offset(d));
       headers_[static_cast<std::size_t>(d)] = {step, static_cast<std::int64_t>(c)};
-      if (c > 0) recv(m_ + d, kReturn, span_of(ret_rows_, o * h_, c * h_), "return rows");
+      if (c > 0 && !hand_off_) recv(m_ + d, kReturn, span_of(ret_rows_, o * h_, c * h_), "return rows");
       send(m_ + d, kHeader, span_of(headers_, static_cast<std::size_t>(d), 1), "layout header");
       if (c > 0) {
         send(m_ + d, kRows, span_of(send_rows_, o * h_, c * h_), "token rows");
         send(m_ + d, kMeta, span_of(send_meta_, o * k_, c * k_), "routing slots");
+        if (hand_off_) send(m_ + d, kTokens, layout_.row_token().subspan(o, c), "row tokens");
       }
     }
     pair_.group_end();
@@ -131,6 +144,7 @@ class M2NChannel {
   /// out: [T x hidden]. Throws TimeoutError naming the F-rank that did not answer.
   void combine(std::span<Elem> out) {
     enter(Role::kAttention, "combine", {State::kDispatched});
+    if (hand_off_) fail(channel_field("combine"), "hand_off", "receive_return() on the next-layer A-rank");
     expect(out.size() == tokens_ * h_, "M2NChannel.combine out.size()", out.size(), "tokens * hidden");
     wait_pending();
     host::combine_rows<Elem, float>(ret_rows_, h_, layout_.token_offsets(), layout_.token_rows(), {},
@@ -140,22 +154,22 @@ class M2NChannel {
 
   /// Posts dL/dy rows (same send-once layout as the forward). grad_out: [T x hidden].
   void backward_dispatch(std::span<const Elem> grad_out) {
+    if (hand_off_) {
+      hand_off_backward_dispatch(grad_out);
+      return;
+    }
     enter(Role::kAttention, "backward_dispatch", {State::kCombined});
     expect(grad_out.size() == tokens_ * h_, "M2NChannel.backward_dispatch grad_out.size()",
            grad_out.size(), "tokens * hidden");
     const auto rows = static_cast<std::size_t>(layout_.total_rows());
     detail::grow(grad_send_, rows * h_);
-    detail::grow(grad_ret_, rows * h_);
-    detail::grow(gate_ret_, rows * k_);
     host::gather_rows<Elem>(grad_out, h_, layout_.row_token(), grad_send_, config_.kernels, false);
+    post_gradient_receives();
     pair_.group_begin();
     for (int d = 0; d < n_; ++d) {
       const auto c = static_cast<std::size_t>(layout_.count(d));
       const auto o = static_cast<std::size_t>(layout_.offset(d));
-      if (c == 0) continue;
-      recv(m_ + d, kGradReturn, span_of(grad_ret_, o * h_, c * h_), "gradient rows");
-      recv(m_ + d, kGateGrad, span_of(gate_ret_, o * k_, c * k_), "gate gradients");
-      send(m_ + d, kGradRows, span_of(grad_send_, o * h_, c * h_), "output-gradient rows");
+      if (c > 0) send(m_ + d, kGradRows, span_of(grad_send_, o * h_, c * h_), "output-gradient rows");
     }
     pair_.group_end();
     state_ = State::kBackwardDispatched;
@@ -164,11 +178,13 @@ class M2NChannel {
   /// Waits for the gradients: grad_tokens [T x hidden] = dL/dx, grad_gates
   /// [T x top_k] = dL/dgate (each from the one F-rank holding that slot's expert).
   void backward_combine(std::span<Elem> grad_tokens, std::span<float> grad_gates) {
-    enter(Role::kAttention, "backward_combine", {State::kBackwardDispatched});
+    enter(Role::kAttention, "backward_combine",
+          {hand_off_ ? State::kDispatched : State::kBackwardDispatched});
     expect(grad_tokens.size() == tokens_ * h_, "M2NChannel.backward_combine grad_tokens.size()",
            grad_tokens.size(), "tokens * hidden");
     expect(grad_gates.size() == tokens_ * k_, "M2NChannel.backward_combine grad_gates.size()",
            grad_gates.size(), "tokens * top_k");
+    if (hand_off_) post_gradient_receives();  // the next-layer A-rank sent dL/dy
     wait_pending();
     host::combine_rows<Elem, float>(grad_ret_, h_, layout_.token_offsets(), layout_.token_rows(), {},
                                     grad_tokens, config_.kernels);
@@ -189,6 +205,44 @@ class M2NChannel {
     state_ = State::kIdle;
   }
 
+  // ---- next-layer A-rank side (hand-off) ----------------------------------------
+
+  /// Waits for the rows of `step` returned by every F-rank and writes out[t], T =
+  /// out.size() / hidden, per the summation contract. Throws IoError when an F-rank
+  /// is at another step or names a token outside [0, T), TimeoutError on silence.
+  void receive_return(std::int64_t step, std::span<Elem> out) {
+    enter(Role::kNextAttention, "receive_return", {State::kIdle, State::kCombined});
+    expect(out.size() % h_ == 0, "M2NChannel.receive_return out.size()", out.size(), "a multiple of hidden");
+    wait_pending();  // dL/dy sends of the previous step
+    step_ = step;
+    tokens_ = out.size() / h_;
+    headers_.resize(static_cast<std::size_t>(n_));
+    pair_.group_begin();
+    for (int d = 0; d < n_; ++d)
+      recv(m_ + d, kHeader, span_of(headers_, static_cast<std::size_t>(d), 1), "return header");
+    pair_.group_end();
+    wait_pending();
+    const auto rows = check_headers(n_, m_, step);
+    detail::grow(ret_rows_, rows * h_);
+    detail::grow(ret_tokens_, rows);
+    pair_.group_begin();
+    for_each_source([&](int d, std::size_t o, std::size_t c) {
+      recv(m_ + d, kMeta, span_of(ret_tokens_, o, c), "return tokens");
+      recv(m_ + d, kReturn, span_of(ret_rows_, o * h_, c * h_), "return rows");
+    });
+    pair_.group_end();
+    wait_pending();
+    gather_.build(std::span<const std::int64_t>(ret_tokens_.data(), rows), tokens_);
+    host::combine_rows<Elem, float>(ret_rows_, h_, gather_.token_offsets(), gather_.token_rows(), {}, out,
+                                    config_.kernels);
+    state_ = State::kCombined;
+  }
+
+  /// Waits (up to the timeout) for every posted send, e.g. before destroying a
+  /// channel whose last call was send_return, send_grad or a hand-off backward_dispatch
+  /// (the destructor cancels instead, so a peer still waiting would time out).
+  void flush() { wait_pending(); }
+
   // ---- F-rank side -------------------------------------------------------------
 
   /// Waits for the layout headers and rows of `step` from every A-rank and fans them
@@ -204,18 +258,10 @@ class M2NChannel {
       recv(a, kHeader, span_of(headers_, static_cast<std::size_t>(a), 1), "layout header");
     pair_.group_end();
     wait_pending();
-    from_offset_.resize(static_cast<std::size_t>(m_) + 1);
-    from_offset_[0] = 0;
-    for (int a = 0; a < m_; ++a) {
-      const auto& hd = headers_[static_cast<std::size_t>(a)];
-      if (hd[0] != step || hd[1] < 0) state_ = State::kFailed;  // the peers are out of step
-      if (hd[0] != step) fail<IoError>(peer_field(a, "layout header step"), hd[0], "step " + std::to_string(step));
-      if (hd[1] < 0) fail<IoError>(peer_field(a, "layout header rows"), hd[1], ">= 0");
-      from_offset_[static_cast<std::size_t>(a) + 1] = from_offset_[static_cast<std::size_t>(a)] + hd[1];
-    }
-    const auto rows = static_cast<std::size_t>(from_offset_.back());
+    const auto rows = check_headers(m_, 0, step);
     detail::grow(recv_rows_, rows * h_);
     detail::grow(recv_meta_, rows * k_);
+    if (hand_off_) detail::grow(recv_tokens_, rows);
     pair_.group_begin();
     for (int a = 0; a < m_; ++a) {
       const auto c = static_cast<std::size_t>(headers_[static_cast<std::size_t>(a)][1]);
@@ -223,6 +269,7 @@ class M2NChannel {
       if (c == 0) continue;
       recv(a, kRows, span_of(recv_rows_, o * h_, c * h_), "token rows");
       recv(a, kMeta, span_of(recv_meta_, o * k_, c * k_), "routing slots");
+      if (hand_off_) recv(a, kTokens, span_of(recv_tokens_, o, c), "row tokens");
     }
     pair_.group_end();
     wait_pending();
@@ -261,8 +308,19 @@ class M2NChannel {
     host::combine_rows<Elem, float>(expert_out_, h_, arrival_.row_seg(), arrival_.row_pos(),
                                     arrival_.row_gate(), ret_send_, config_.kernels);
     pair_.group_begin();
+    if (hand_off_) {  // next-layer A-rank a learns the row counts and tokens first
+      ret_headers_.resize(static_cast<std::size_t>(m_));
+      for (int a = 0; a < m_; ++a) {
+        const auto ua = static_cast<std::size_t>(a);
+        ret_headers_[ua] = {step_, headers_[ua][1]};
+        send(return_peer(a), kHeader, span_of(ret_headers_, ua, 1), "return header");
+      }
+      for_each_source([&](int a, std::size_t o, std::size_t c) {
+        send(return_peer(a), kMeta, span_of(recv_tokens_, o, c), "return tokens");
+      });
+    }
     for_each_source([&](int a, std::size_t o, std::size_t c) {
-      send(a, kReturn, span_of(ret_send_, o * h_, c * h_), "return rows");
+      send(return_peer(a), kReturn, span_of(ret_send_, o * h_, c * h_), "return rows");
     });
     pair_.group_end();
     last_rows_sent_ = static_cast<std::int64_t>(rows);
@@ -277,7 +335,7 @@ class M2NChannel {
     detail::grow(grad_in_rows_, rows * h_);
     pair_.group_begin();
     for_each_source([&](int a, std::size_t o, std::size_t c) {
-      recv(a, kGradRows, span_of(grad_in_rows_, o * h_, c * h_), "output-gradient rows");
+      recv(return_peer(a), kGradRows, span_of(grad_in_rows_, o * h_, c * h_), "output-gradient rows");
     });
     pair_.group_end();
     wait_pending();
@@ -322,9 +380,63 @@ class M2NChannel {
   }
 
  private:
+  /// Validates the (step, rows) headers from pair ranks [first, first + count) and
+  /// sets from_offset_; returns the total rows. IoError (channel failed) otherwise.
+  std::size_t check_headers(int count, int first, std::int64_t step) {
+    from_offset_.resize(static_cast<std::size_t>(count) + 1);
+    from_offset_[0] = 0;
+    for (int i = 0; i < count; ++i) {
+      const auto& hd = headers_[static_cast<std::size_t>(i)];
+      if (hd[0] != step || hd[1] < 0) state_ = State::kFailed;  // the peers are out of step
+      if (hd[0] != step) fail<IoError>(peer_field(first + i, "layout header step"), hd[0], "step " + std::to_string(step));
+      if (hd[1] < 0) fail<IoError>(peer_field(first + i, "layout header rows"), hd[1], ">= 0");
+      from_offset_[static_cast<std::size_t>(i) + 1] = from_offset_[static_cast<std::size_t>(i)] + hd[1];
+    }
+    return static_cast<std::size_t>(from_offset_.back());
+  }
+
+  /// Hand-off backward on the next-layer A-rank: dL/dy rows to the F-ranks, in the
+  /// order their rows arrived.
+  void hand_off_backward_dispatch(std::span<const Elem> grad_out) {
+    enter(Role::kNextAttention, "backward_dispatch", {State::kCombined});
+    expect(grad_out.size() == tokens_ * h_, "M2NChannel.backward_dispatch grad_out.size()", grad_out.size(),
+           "tokens * hidden (as in receive_return)");
+    const auto rows = static_cast<std::size_t>(from_offset_.back());
+    detail::grow(grad_send_, rows * h_);
+    host::gather_rows<Elem>(grad_out, h_, std::span<const std::int64_t>(ret_tokens_.data(), rows), grad_send_,
+                            config_.kernels, false);
+    pair_.group_begin();
+    for_each_source([&](int d, std::size_t o, std::size_t c) {
+      send(m_ + d, kGradRows, span_of(grad_send_, o * h_, c * h_), "output-gradient rows");
+    });
+    pair_.group_end();
+    state_ = State::kIdle;
+  }
+
+  /// A-rank: receives for dL/dx rows and dL/dgate from every F-rank it fed.
+  void post_gradient_receives() {
+    const auto rows = static_cast<std::size_t>(layout_.total_rows());
+    detail::grow(grad_ret_, rows * h_);
+    detail::grow(gate_ret_, rows * k_);
+    pair_.group_begin();
+    for (int d = 0; d < n_; ++d) {
+      const auto c = static_cast<std::size_t>(layout_.count(d));
+      const auto o = static_cast<std::size_t>(layout_.offset(d));
+      if (c == 0) continue;
+      recv(m_ + d, kGradReturn, span_of(grad_ret_, o * h_, c * h_), "gradient rows");
+      recv(m_ + d, kGateGrad, span_of(gate_ret_, o * k_, c * k_), "gate gradients");
+    }
+    pair_.group_end();
+  }
+
+  /// Where F-rank-side traffic for A-rank a's tokens returns (and dL/dy comes from).
+  int return_peer(int a) const { return hand_off_ ? m_ + n_ + a : a; }
+
   enum class State { kIdle, kDispatched, kCombined, kBackwardDispatched, kReceived, kReturned,
                      kGradReceived, kGradSent, kFailed };
-  enum Tag { kHeader = 0, kRows, kMeta, kReturn, kGradRows, kGradReturn, kGateGrad };
+  // F -> next-layer A reuses kHeader / kMeta (return header / tokens): matching is
+  // per (source, tag) and a next-layer A-rank receives nothing else from F-ranks.
+  enum Tag { kHeader = 0, kRows, kMeta, kReturn, kGradRows, kGradReturn, kGateGrad, kTokens };
   struct Pending {
     typename T::Request req;
     int peer;
@@ -343,12 +455,14 @@ class M2NChannel {
     return {v.data() + static_cast<std::size_t>(arrival_.expert_offset(le)) * h_, expert_rows(le) * h_};
   }
 
-  /// Calls body(a, first row, rows) for every A-rank that sent rows this step.
+  /// Calls body(i, first row, rows) for every source i (A-rank on an F-rank, F-rank
+  /// on a next-layer A-rank) that sent rows this step.
   template <class Body>
   void for_each_source(Body&& body) {
-    for (int a = 0; a < m_; ++a) {
-      const auto c = static_cast<std::size_t>(headers_[static_cast<std::size_t>(a)][1]);
-      if (c > 0) body(a, static_cast<std::size_t>(from_offset_[static_cast<std::size_t>(a)]), c);
+    const auto sources = from_offset_.size() - 1;
+    for (std::size_t i = 0; i < sources; ++i) {
+      const auto c = static_cast<std::size_t>(headers_[i][1]);
+      if (c > 0) body(static_cast<int>(i), static_cast<std::size_t>(from_offset_[i]), c);
     }
   }
 
@@ -356,8 +470,7 @@ class M2NChannel {
     if (state_ == State::kFailed)
       fail(channel_field(call), "failed", "a channel that has not timed out (create a new one)");
     if (role != role_)
-      fail(channel_field(call), role_ == Role::kAttention ? "A-rank" : "F-rank",
-           role == Role::kAttention ? "an A-rank (pair rank < attention_ranks)" : "an F-rank");
+      fail(channel_field(call), role_name(role_), std::string("a rank of role ") + role_name(role));
     if (std::find(allowed.begin(), allowed.end(), state_) == allowed.end())
       fail(channel_field(call), "out of order", "the call sequence of the file comment");
   }
@@ -410,10 +523,14 @@ class M2NChannel {
     pending_.clear();
   }
 
+  static const char* role_name(Role r) {
+    return r == Role::kAttention ? "A-rank" : r == Role::kFfn ? "F-rank" : "next-layer A-rank";
+  }
   std::string peer_name(int pair_rank) const {
     std::ostringstream os;
     if (pair_rank < m_) os << "A-rank " << pair_rank;
-    else os << "F-rank " << pair_rank - m_;
+    else if (pair_rank < m_ + n_) os << "F-rank " << pair_rank - m_;
+    else os << "next-layer A-rank " << pair_rank - m_ - n_;
     os << " (pair rank " << pair_rank << ")";
     return os.str();
   }
@@ -451,6 +568,7 @@ class M2NChannel {
   int m_ = 0, n_ = 0;
   std::size_t h_ = 0, k_ = 0;
   Role role_ = Role::kAttention;
+  bool hand_off_ = false;
   State state_ = State::kIdle;
   std::int64_t step_ = -1;
   std::size_t tokens_ = 0;
@@ -458,7 +576,7 @@ class M2NChannel {
   std::vector<Pending> pending_;
   ChannelFingerprint mine_;
   std::vector<ChannelFingerprint> theirs_;
-  std::vector<std::array<std::int64_t, 2>> headers_;  // (step, rows) per peer
+  std::vector<std::array<std::int64_t, 2>> headers_, ret_headers_;  // (step, rows) per peer
   // A side.
   SendOnceLayout layout_;
   std::vector<Elem> send_rows_, ret_rows_, grad_send_, grad_ret_;
@@ -468,6 +586,10 @@ class M2NChannel {
   ArrivalLayout arrival_;
   std::vector<std::int64_t> from_offset_;
   std::vector<RoutingSlot> recv_meta_;
+  std::vector<std::int64_t> recv_tokens_;  // hand-off: token of every arrived row
+  // Next-layer A side (hand-off).
+  TokenGather gather_;
+  std::vector<std::int64_t> ret_tokens_;
   std::vector<Elem> recv_rows_, expert_in_, expert_out_, ret_send_, grad_in_rows_, expert_gout_,
       expert_gin_;
   std::vector<float> gate_send_;
