@@ -29,9 +29,10 @@ void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 using namespace disagmoe;
 
 TEST_CASE("M2NChannel steps allocate nothing once buffers reached their size") {
-  for (std::uint64_t seed : {3u, 11u, 19u}) {
-    INFO("seed = " << seed);
-    auto p = exchange::make_problem(seed, 5, false);
+  for (std::uint64_t seed : {3u, 11u, 19u})
+  for (bool hand_off : {false, true}) {
+    INFO("seed = " << seed << ", hand_off = " << hand_off);
+    auto p = exchange::make_problem(seed, 5, false, hand_off);
     for (auto& step : p.batches) step = p.batches[0];  // identical sizes every step
     p.steps = 6;
     p.batches.resize(6, p.batches[0]);
@@ -43,15 +44,23 @@ TEST_CASE("M2NChannel steps allocate nothing once buffers reached their size") {
       comm::M2NChannel<host::LoopbackTransport> ch(*pair, exchange::config_of(p, 3000));
       const auto h = static_cast<std::size_t>(p.h), k = static_cast<std::size_t>(p.k);
       const int me = pair->rank();
-      const exchange::Batch* b = me < p.m ? &p.batches[0][static_cast<std::size_t>(me)] : nullptr;
+      const bool next = me >= p.m + p.n;  // next-layer A-rank (hand-off)
+      const exchange::Batch* b = me < p.m ? &p.batches[0][static_cast<std::size_t>(me)]
+                                 : next   ? &p.batches[0][static_cast<std::size_t>(me - p.m - p.n)]
+                                          : nullptr;
       std::vector<float> out(b ? b->tokens * h : 0), gx(out.size()), gg(b ? b->tokens * k : 0);
       long before = 0;
       for (int s = 0; s < p.steps; ++s) {
         if (s == 2) before = g_allocations;  // steps 0 and 1 warm the buffers and pools up
-        if (b) {
-          ch.dispatch(s, b->x, b->ids, b->gates);
-          ch.combine(out);
+        if (next) {
+          ch.receive_return(s, out);
           ch.backward_dispatch(b->grad_out);
+        } else if (b) {
+          ch.dispatch(s, b->x, b->ids, b->gates);
+          if (!hand_off) {
+            ch.combine(out);
+            ch.backward_dispatch(b->grad_out);
+          }
           ch.backward_combine(gx, gg);
         } else {
           ch.receive(s);
@@ -71,6 +80,7 @@ TEST_CASE("M2NChannel steps allocate nothing once buffers reached their size") {
         }
       }
       counted[static_cast<std::size_t>(t.rank())] = g_allocations - before;
+      ch.flush();
     });
     for (int r = 0; r < 5; ++r) {
       INFO("world rank " << r);
