@@ -98,3 +98,29 @@ TEST_CASE("searches pick a runnable layout; the step-time oracle is finite exact
   CHECK_THROWS_WITH_AS(ds::simulate_best("gpipe", m, c, o), doctest::Contains("schedule = \"gpipe\""),
                        disagmoe::ConfigError);
 }
+
+#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/schedule/plan_oracle.hpp>
+
+TEST_CASE("the simulator is a plan::step_time_oracle: same value as a direct simulation, inf when invalid") {
+  static_assert(dp::step_time_oracle<ds::SimulatedStepTime>);
+  auto m = disagmoe::model_preset("olmoe-1b-7b");
+  m.seq_len = 1024;
+  const auto c = disagmoe::parse_cluster_name("h800x128:2");
+  ds::CostOptions o;
+  o.global_batch = 64;
+  const ds::SimulatedStepTime oracle(m, c, o);
+  dp::Allocation a;
+  a.groups = 2;
+  a.attention_gpus_per_node = 4;
+  a.ffn_gpus_per_node = 4;
+  a.attention_nics_per_node = 3;
+  a.ffn_nics_per_node = 5;
+  const double t = oracle.step_seconds(a);
+  CHECK(std::isfinite(t));
+  CHECK(t == ds::simulated_step_seconds(m, c, {2, 4, 4, 3, 5}, o));
+  a.recompute = true;  // one more forward per backward: strictly slower
+  CHECK(oracle.step_seconds(a) > t);
+  a.groups = 3;  // 8 A GPUs do not split into 3 groups
+  CHECK(std::isinf(oracle.step_seconds(a)));
+}

@@ -31,6 +31,7 @@ struct CostOptions {
   double comm_sm_fraction = 20.0 / 132.0;
   int global_batch = 1024;         ///< sequences per optimizer step (the planner's default)
   int micro_batches = 0;           ///< pipeline micro-batches per step; 0: derived from global_batch
+  double memory_fraction = 0.9;    ///< usable share of HBM when judging whether a layout fits
 };
 
 /// Colocated expert parallelism: `stages` pipeline stages, each a worker of

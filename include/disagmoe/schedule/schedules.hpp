@@ -60,17 +60,17 @@ inline Schedule build_schedule(std::string_view name, const Problem& pb, const P
 
 /// A simulated configuration: the layout chosen, the schedule and its result.
 struct Simulated {
-  std::string layout;   ///< "stages=8" or "groups=2 a=4 f=4 nics=4/4"
-  bool fits = false;    ///< peak memory within the GPU's HBM × memory_fraction
+  std::string layout;   ///< "stages=8" or "p=2 a/f=4/4 nic=4/4 g=4"
+  bool fits = false;    ///< peak memory within the GPU's HBM × CostOptions::memory_fraction
   Schedule schedule;
   SimResult result;
 };
 
 namespace detail {
-inline double hbm_limit(const ClusterSpec& c) { return c.gpu.hbm_bytes * 0.9; }
+inline double hbm_limit(const ClusterSpec& c, const CostOptions& o) { return c.gpu.hbm_bytes * o.memory_fraction; }
 
 inline std::optional<Simulated> try_simulate(std::string_view name, const Problem& pb, const PolicyKnobs& k,
-                                             const ClusterSpec& c, std::string layout) {
+                                             const ClusterSpec& c, const CostOptions& o, std::string layout) {
   Simulated s;
   try {
     s.schedule = build_schedule(name, pb, k);
@@ -79,7 +79,7 @@ inline std::optional<Simulated> try_simulate(std::string_view name, const Proble
   }
   s.result = simulate(s.schedule);
   if (s.result.deadlocked) return std::nullopt;
-  s.fits = s.result.peak_memory_bytes <= hbm_limit(c);
+  s.fits = s.result.peak_memory_bytes <= hbm_limit(c, o);
   s.layout = std::move(layout);
   return s;
 }
@@ -98,7 +98,7 @@ inline bool better(const Simulated& a, const std::optional<Simulated>& b) {
 inline double simulated_step_seconds(const ModelSpec& m, const ClusterSpec& c, const AfLayout& lay,
                                      const CostOptions& o = {}, const PolicyKnobs& k = {}) {
   try {
-    const auto s = detail::try_simulate(AFPipe::kName, af_problem(m, c, lay, o), k, c, "");
+    const auto s = detail::try_simulate(AFPipe::kName, af_problem(m, c, lay, o), k, c, o, "");
     return s && s->fits ? s->result.step_seconds : std::numeric_limits<double>::infinity();
   } catch (const ConfigError&) {
     return std::numeric_limits<double>::infinity();
@@ -139,7 +139,7 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
       } catch (const ConfigError&) {
         return std::nullopt;
       }
-      auto s = detail::try_simulate(name, pb, kk, c, label(oo.memory.recompute));
+      auto s = detail::try_simulate(name, pb, kk, c, oo, label(oo.memory.recompute));
       if (s && detail::better(*s, r)) r = std::move(s);
     }
     return r;
