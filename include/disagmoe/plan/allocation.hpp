@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -50,7 +51,9 @@ enum class RecomputePolicy {
 
 /// Knobs of the planner. All explicit; defaults documented per field.
 struct PlanOptions {
-  int global_batch = 1024;                       ///< sequences per optimizer step
+  /// Sequences per optimizer step; 0 = kDefaultBatchTokens / seq_len rounded down to a
+  /// multiple of micro_batch (at least one micro-batch).
+  int global_batch = 0;
   Efficiency efficiency{};                       ///< achievable fractions of peak (cost_model.hpp)
   MemoryOptions memory{.zero1 = true};           ///< state format (ZeRO-1 on, as Megatron's distributed optimizer); `recompute` is set per allocation
   RecomputePolicy recompute = RecomputePolicy::kAuto;
@@ -59,10 +62,22 @@ struct PlanOptions {
   int max_groups = 0;                            ///< upper bound on p; 0 = layers
 };
 
+/// Tokens per step when PlanOptions::global_batch is 0: 4 Mi, the batch of GPT-3's
+/// larger models (Brown et al. 2020, Table 2.1: 3.2M tokens) rounded to a power of two.
+inline constexpr std::int64_t kDefaultBatchTokens = std::int64_t{1} << 22;
+
+/// Sequences per step: o.global_batch, or the kDefaultBatchTokens default.
+inline int global_batch_of(const PlanOptions& o, const ModelSpec& m) {
+  if (o.global_batch != 0) return o.global_batch;
+  const std::int64_t seqs = kDefaultBatchTokens / std::max(1, m.seq_len);
+  const std::int64_t mb = std::max(1, m.micro_batch);
+  return int(std::max<std::int64_t>(mb, seqs / mb * mb));
+}
+
 /// Throws ConfigError naming the first bad field.
 inline void validate(const PlanOptions& o, const ModelSpec& m) {
-  expect(o.global_batch >= 1, "global_batch", o.global_batch, "a positive number of sequences");
-  expect(o.global_batch % m.micro_batch == 0, "global_batch", o.global_batch,
+  expect(o.global_batch >= 0, "global_batch", o.global_batch, "a positive number of sequences (0 = default)");
+  expect(global_batch_of(o, m) % m.micro_batch == 0, "global_batch", o.global_batch,
          "a multiple of micro_batch (" + std::to_string(m.micro_batch) + ")");
   validate(o.efficiency);
   expect(std::isfinite(o.memory_fraction) && o.memory_fraction > 0 && o.memory_fraction <= 1, "memory_fraction",
@@ -124,6 +139,7 @@ class AnalyticModel {
     validate(m_);
     validate(c_);
     validate(o_, m_);
+    o_.global_batch = global_batch_of(o_, m_);
     const double peak = c_.gpu.peak_flops(m_.dtype);
     const DispatchOptions one{1, false, 1};
     for (int l = 0; l < m_.layers; ++l) {

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file adaptive_allocator.hpp
+/// `AdaptiveAllocator`: DisagMoE's adaptive worker allocation (MISSION.md). The MILP
+/// of allocation_milp.hpp gives a seed (the split of GPUs and NICs between attention
+/// and FFN groups and the number of group pairs that minimises the pipeline stage
+/// bound), which a local search refines with a pluggable `step_time_oracle` (the
+/// analytic model by default; the simulator or measured step times later). The
+/// result is a `Plan` (plan.hpp).
+#pragma once
+
+#include <disagmoe/error.hpp>
+#include <disagmoe/milp/branch_and_bound.hpp>
+#include <disagmoe/milp/result.hpp>
+#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/allocation_milp.hpp>
+#include <disagmoe/plan/local_search.hpp>
+#include <disagmoe/plan/plan.hpp>
+#include <disagmoe/plan/step_time_oracle.hpp>
+
+#include <limits>
+#include <string>
+
+namespace disagmoe::plan {
+
+/// Outcome of solving the allocation MILPs.
+struct MilpSeed {
+  bool found = false;        ///< an allocation that fits exists
+  Allocation allocation;     ///< the optimum (over the allowed recompute settings)
+  double bound_seconds = 0;  ///< its objective in seconds per micro-batch
+  long nodes = 0;            ///< branch-and-bound nodes over all solves
+  milp::Status status = milp::Status::kInfeasible;  ///< status of the solve that gave the seed
+};
+
+/// Solves the MILP for each allowed recompute setting and keeps the best. Throws
+/// SolverError when a solve ends neither optimal nor infeasible.
+inline MilpSeed solve_allocation_milp(const AnalyticModel& model, const milp::Options& options = {}) {
+  MilpSeed seed;
+  for (bool rc : model.recompute_choices()) {
+    const AllocationMilp f = build_allocation_milp(model, rc);
+    const milp::Result r = milp::solve(f.problem, options);
+    seed.nodes += r.nodes;
+    if (r.status == milp::Status::kInfeasible) continue;
+    if (r.status != milp::Status::kOptimal)
+      fail<SolverError>("allocation milp status", milp::to_string(r.status), "optimal or infeasible");
+    const double bound = r.objective / AllocationMilp::kMs;
+    if (!seed.found || bound < seed.bound_seconds) {
+      seed.found = true;
+      seed.allocation = f.decode(r.solution);
+      seed.bound_seconds = bound;
+      seed.status = r.status;
+    }
+  }
+  return seed;
+}
+
+/// Plans a model on a cluster. Construction validates the inputs (ConfigError).
+class AdaptiveAllocator {
+ public:
+  AdaptiveAllocator(ModelSpec m, ClusterSpec c, PlanOptions o = {}) : model_(std::move(m), std::move(c), std::move(o)) {}
+
+  /// The analytic model every stage uses.
+  [[nodiscard]] const AnalyticModel& model() const { return model_; }
+
+  /// The MILP seed. Throws ConfigError when no valid allocation exists and the
+  /// out-of-memory error of `require_fit` (naming the worker type, bytes needed and
+  /// available) when none fits memory.
+  [[nodiscard]] MilpSeed seed(const milp::Options& options = {}) const {
+    bool any = false;
+    for_each_allocation(model_, [&](const Allocation&) { any = true; });
+    expect(any, "cluster", model_.cluster().name,
+           "room for at least one attention and one FFN group (GPUs per node >= 2, expert count divisible by an "
+           "FFN group size, global_batch >= the attention group size)");
+    MilpSeed s = solve_allocation_milp(model_, options);
+    if (!s.found) diagnose_out_of_memory();
+    return s;
+  }
+
+  /// Seed + local search with `oracle`; returns the refined plan.
+  template <step_time_oracle O>
+  [[nodiscard]] Plan plan(const O& oracle, const SearchOptions& search = {}, const milp::Options& options = {}) const {
+    const MilpSeed s = seed(options);
+    const SearchResult r = local_search(model_, oracle, s.allocation, search);
+    expect(std::isfinite(r.best_step_seconds), "step_seconds", r.best_step_seconds,
+           "a finite step time from the oracle at the seed or a neighbour");
+    return make_plan(model_, r.best, r, s.bound_seconds, s.nodes);
+  }
+
+  /// Seed + local search with the analytic model as the oracle.
+  [[nodiscard]] Plan plan(const SearchOptions& search = {}, const milp::Options& options = {}) const {
+    return plan(AnalyticOracle{&model_}, search, options);
+  }
+
+ private:
+  // Nothing fits: report the allocation that comes closest (smallest overflow ratio)
+  // so the error names the worker type that cannot fit even at its best.
+  [[noreturn]] void diagnose_out_of_memory() const {
+    double best = std::numeric_limits<double>::infinity();
+    FitReport closest;
+    for_each_allocation(model_, [&](const Allocation& x) {
+      const FitReport r = model_.memory(x);
+      const double over = std::max(r.attention_worker.total(), r.ffn_worker.total()) / r.capacity;
+      if (over < best) {
+        best = over;
+        closest = r;
+      }
+    });
+    require_fit(closest, " even in the allocation that needs the least memory on " + model_.cluster().name);
+    fail("memory", "inconsistent", "a fitting allocation to be found by the MILP");  // unreachable in theory
+  }
+
+  AnalyticModel model_;
+};
+
+}  // namespace disagmoe::plan

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+// The MILP optimum equals exhaustive enumeration of all allocations on small clusters
+// (same cost model); the AdaptiveAllocator's plan; the out-of-memory error.
+#include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/spec/presets.hpp>
+
+#include "tiny_model.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+using namespace disagmoe;
+using namespace disagmoe::plan;
+
+namespace {
+
+ClusterSpec small_cluster(int nodes, int gpus, int nics, double hbm_bytes = 80e9) {
+  ClusterSpec c = cluster_preset("h800x128");
+  c.name = "small";
+  c.nodes = nodes;
+  c.gpus_per_node = gpus;
+  c.nics_per_node = nics;
+  c.gpu.hbm_bytes = hbm_bytes;
+  return c;
+}
+
+struct Case {
+  const char* model;
+  int seq;
+  int nodes, gpus, nics;
+  double hbm;
+  int global_batch;
+  RecomputePolicy rc;
+};
+
+}  // namespace
+
+TEST_CASE("MILP optimum equals exhaustive enumeration on small clusters") {
+  const std::vector<Case> cases{
+      {"tiny", 64, 1, 8, 0, 80e9, 64, RecomputePolicy::kAuto},
+      {"tiny", 64, 2, 4, 4, 80e9, 32, RecomputePolicy::kOff},
+      {"olmoe-1b-7b", 2048, 1, 8, 0, 80e9, 64, RecomputePolicy::kAuto},
+      {"olmoe-1b-7b", 4096, 2, 8, 4, 80e9, 64, RecomputePolicy::kAuto},
+      {"olmoe-1b-7b", 4096, 2, 8, 4, 8e9, 64, RecomputePolicy::kAuto},  // memory binds
+      {"olmoe-1b-7b", 8192, 4, 4, 4, 6e9, 0, RecomputePolicy::kAuto},   // memory binds, default batch
+      {"deepseek-moe-16b", 8192, 4, 4, 4, 80e9, 64, RecomputePolicy::kAuto},
+      {"mixtral-8x7b", 4096, 2, 8, 8, 80e9, 128, RecomputePolicy::kAuto},
+      {"qwen3-30b-a3b", 16384, 2, 8, 8, 80e9, 32, RecomputePolicy::kOn},
+      {"olmoe-1b-7b", 4096, 1, 8, 0, 1e9, 64, RecomputePolicy::kAuto},  // nothing fits
+  };
+  for (const Case& k : cases) {
+    ModelSpec m = std::string(k.model) == "tiny" ? test::tiny_model() : model_preset(k.model);
+    m.seq_len = k.seq;
+    const AnalyticModel model(m, small_cluster(k.nodes, k.gpus, k.nics, k.hbm), PlanOptions{k.global_batch, {}, {}, k.rc});
+    const EnumerationResult e = enumerate_best_bound(model);
+    const MilpSeed s = solve_allocation_milp(model);
+    INFO(k.model << " seq " << k.seq << " on " << k.nodes << "x" << k.gpus << " (" << k.nics << " NICs, " << k.hbm
+                 << " B): enumeration " << e.bound_seconds << " over " << e.evaluations << ", MILP " << s.bound_seconds);
+    REQUIRE(e.found == s.found);
+    if (!e.found) continue;
+    CHECK(s.bound_seconds == doctest::Approx(e.bound_seconds).epsilon(1e-6));
+    // The decoded allocation is valid, fits and has the MILP's objective as its bound.
+    REQUIRE(model.valid(s.allocation));
+    const StepEstimate est = model.estimate(s.allocation);
+    CHECK(est.fits());
+    CHECK(est.bound_seconds == doctest::Approx(s.bound_seconds).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("AdaptiveAllocator: seed, refined plan, evaluations and gain") {
+  ModelSpec m = model_preset("olmoe-1b-7b");
+  m.seq_len = 8192;
+  const AdaptiveAllocator alloc(m, small_cluster(4, 8, 8));
+  const Plan p = alloc.plan();
+  CHECK(p.step_seconds <= p.seed_step_seconds);
+  CHECK(p.gain() >= 1);
+  CHECK(p.evaluations >= 1);
+  CHECK(p.step_seconds == doctest::Approx(p.predicted.step_seconds));
+  CHECK(p.attention_gpus + p.ffn_gpus <= 32);
+  CHECK(p.attention_nics + p.ffn_nics <= 32);
+  CHECK(p.attention_group_size * p.allocation.groups == p.attention_gpus);
+  CHECK(p.ffn_group_size * p.allocation.groups == p.ffn_gpus);
+  CHECK(p.layer_groups.size() == std::size_t(p.allocation.groups));
+  CHECK(p.predicted.fits());
+  CHECK(p.predicted.memory.capacity == doctest::Approx(0.9 * 80e9));
+  CHECK(p.global_batch == int(kDefaultBatchTokens / 8192));
+  CHECK(p.predicted.tokens_per_second == doctest::Approx(double(p.global_batch) * 8192 / p.step_seconds));
+  const std::string why = p.explanation();
+  CHECK(why.rfind("The step is bound by ", 0) == 0);
+  CHECK(why.find(std::string(to_string(p.predicted.bottleneck)) == "network" ? "network" : "compute") !=
+        std::string::npos);
+}
+
+TEST_CASE("a model that cannot fit: error names the worker type, bytes needed and available") {
+  const ModelSpec m = model_preset("qwen3-235b-a22b");
+  const AdaptiveAllocator alloc(m, cluster_preset("h100"));
+  try {
+    (void)alloc.plan();
+    FAIL("no throw");
+  } catch (const ConfigError& e) {
+    const std::string s = e.what();
+    INFO(s);
+    CHECK(s.rfind("memory_bytes.", 0) == 0);
+    const bool names_worker = s.find("ffn_worker = ") != std::string::npos ||
+                              s.find("attention_worker = ") != std::string::npos;
+    CHECK(names_worker);
+    CHECK(s.find("bytes available per GPU") != std::string::npos);
+    CHECK(s.find("available 72 GB") != std::string::npos);
+    CHECK(s.find("worker needs ") != std::string::npos);
+  }
+  // No valid allocation at all: a single GPU per node cannot host both sides.
+  ClusterSpec one = small_cluster(2, 1, 1);
+  CHECK_THROWS_WITH_AS((void)AdaptiveAllocator(model_preset("olmoe-1b-7b"), one).plan(),
+                       doctest::Contains("room for at least one attention and one FFN group"), ConfigError);
+}
