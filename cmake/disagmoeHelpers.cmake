@@ -2,13 +2,16 @@
 # disagmoe_add_test(NAME name SOURCES a.cpp ... [LIBS ...] [LABELS ...] [TIMEOUT s])
 #   One doctest executable per module, registered with ctest under `name`.
 function(disagmoe_add_test)
-  if(DISAGMOE_BUILD_FUZZERS)
-    return()  # the fuzz preset builds only the fuzz targets
-  endif()
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(test_${T_NAME} ${T_SOURCES})
   target_link_libraries(test_${T_NAME} PRIVATE disagmoe_doctest_main disagmoe::core ${T_LIBS})
   target_compile_options(test_${T_NAME} PRIVATE ${DISAGMOE_WARNINGS})
+  if(DISAGMOE_BUILD_FUZZERS)
+    # The fuzz preset builds and runs only the fuzz targets; the test target still
+    # exists so that module CMake code may configure it.
+    set_target_properties(test_${T_NAME} PROPERTIES EXCLUDE_FROM_ALL TRUE)
+    return()
+  endif()
   add_test(NAME ${T_NAME} COMMAND test_${T_NAME})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 600)
