@@ -63,7 +63,15 @@ class BasisFactor {
     if (dense_) {
       x = dlu_.solve(x);
     } else {
-      x = slu_.solve(x);
+      // Eigen's solve permutes in place through a cycle-following loop with a fresh
+      // mask per call; explicit index permutations into a work vector are much cheaper.
+      const auto& pr = slu_.rowsPermutation().indices();
+      const auto& pc = slu_.colsPermutation().indices();
+      work_.resize(m_);
+      for (int i = 0; i < m_; ++i) work_[pr[i]] = x[i];
+      slu_.matrixL().solveInPlace(work_);
+      slu_.matrixU().solveInPlace(work_);
+      for (int i = 0; i < m_; ++i) x[i] = work_[pc[i]];
     }
     for (std::size_t t = 0; t < etas_.size(); ++t) {
       const int p = etas_[t].pivot;
@@ -86,7 +94,13 @@ class BasisFactor {
     if (dense_) {
       y = dlu_.transpose().solve(y);
     } else {
-      y = slu_.transpose().solve(y);
+      const auto& pr = slu_.rowsPermutation().indices();
+      const auto& pc = slu_.colsPermutation().indices();
+      work_.resize(m_);
+      for (int i = 0; i < m_; ++i) work_[pc[i]] = y[i];
+      slu_.matrixU().template solveTransposedInPlace<false>(work_);
+      slu_.matrixL().template solveTransposedInPlace<false>(work_);
+      for (int i = 0; i < m_; ++i) y[i] = work_[pr[i]];
     }
   }
 
@@ -110,7 +124,8 @@ class BasisFactor {
   int m_ = 0;
   bool dense_ = true, ok_ = false;
   Eigen::PartialPivLU<Eigen::MatrixXd> dlu_;
-  mutable Eigen::SparseLU<Eigen::SparseMatrix<double>, Eigen::COLAMDOrdering<int>> slu_;  // transpose() is not const
+  mutable Eigen::SparseLU<Eigen::SparseMatrix<double>, Eigen::NaturalOrdering<int>> slu_;  // transpose() is not const
+  mutable Eigen::VectorXd work_;
   std::vector<Eta> etas_;
   std::vector<int> eta_start_{0};
   std::vector<int> eta_index_;

@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: Apache-2.0
+// bench_milp [DIR] [--time-limit S] [--only NAME,...] [--no-cbc]
+// Solves every DIR/*.mps.gz (default: ../shared/data/miplib beside the repository) with
+// disagmoe::milp under a time limit, then runs CBC on the same file in the same run when
+// `cbc` is on PATH, and prints one table: our status/objective/time/nodes, the known
+// optimum (from the data set's README), whether they match (1e-6 relative), CBC's time,
+// the time ratio, and geometric means. A second table times an allocation-sized MILP.
+#include <disagmoe/milp/milp.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace milp = disagmoe::milp;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Proven optima from the data set's README (MIPLIB 3 catalogue, HiGHS check values).
+const std::map<std::string, double> kKnown = {
+    {"p0033", 3089},         {"p0201", 7615},        {"p0282", 258411},    {"p0548", 8691},
+    {"stein27", 18},         {"stein45", 30},        {"enigma", 0},        {"bell5", 8966406.49152},
+    {"flugpl", 1201500},     {"lseu", 1120},         {"mod008", 307},      {"vpm1", 20},
+    {"pk1", 11},             {"misc07", 2810},       {"gesa2", 25779856.372},
+    {"qnet1", 16029.692681}, {"fiber", 405935.18},   {"mas74", 11801.18573}};
+
+bool matches(double got, double want) {
+  return std::abs(got - want) <= 1e-6 * std::max(1.0, std::abs(want));
+}
+
+struct CbcRun {
+  bool ran = false, optimal = false;
+  double objective = std::nan(""), seconds = 0;
+};
+
+CbcRun run_cbc(const std::string& file, double limit) {
+  CbcRun r;
+  const std::string cmd = "cbc '" + file + "' -sec " + std::to_string(limit) + " -threads 0 -solve -quit 2>&1";
+  const auto t0 = Clock::now();
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), pipe) != nullptr) out += buf.data();
+  pclose(pipe);
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.ran = true;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("Result - Optimal solution found") != std::string::npos) r.optimal = true;
+    const auto k = line.find("Objective value:");
+    if (k != std::string::npos) r.objective = std::atof(line.c_str() + k + 16);
+    // CBC's own wall clock excludes process start-up; prefer it to ours.
+    const auto w = line.find("Total time (Wallclock seconds):");
+    if (w != std::string::npos) r.seconds = std::atof(line.c_str() + w + 31);
+  }
+  return r;
+}
+
+bool have_cbc() { return std::system("command -v cbc > /dev/null 2>&1") == 0; }
+
+// An allocation-sized MILP: assign 8 stages to 4 worker groups (binaries), each group
+// with a capacity, balancing a continuous makespan; tens of binaries and rows.
+milp::Problem allocation_problem(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> cost(3, 20);
+  const int stages = 8, groups = 4;
+  milp::Problem p;
+  const int t = p.add_var(0, milp::kInf, 1.0);  // makespan
+  std::vector<std::vector<int>> x(stages, std::vector<int>(groups));
+  for (int s = 0; s < stages; ++s)
+    for (int g = 0; g < groups; ++g) x[s][g] = p.add_var(0, 1, 0.01 * g, milp::VarType::kBinary);
+  for (int s = 0; s < stages; ++s) {
+    std::vector<int> idx;
+    std::vector<double> one;
+    for (int g = 0; g < groups; ++g) idx.push_back(x[s][g]), one.push_back(1.0);
+    p.add_row(idx, one, 1, 1);
+  }
+  for (int g = 0; g < groups; ++g) {
+    std::vector<int> idx{t};
+    std::vector<double> val{-1.0};
+    for (int s = 0; s < stages; ++s) idx.push_back(x[s][g]), val.push_back(cost(rng));
+    p.add_row(idx, val, -milp::kInf, 0);
+    std::vector<int> cap;
+    std::vector<double> ones;
+    for (int s = 0; s < stages; ++s) cap.push_back(x[s][g]), ones.push_back(1.0);
+    p.add_row(cap, ones, -milp::kInf, 3);
+  }
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir = DISAGMOE_MIPLIB_DIR;
+  double limit = 60;
+  bool use_cbc = true;
+  std::vector<std::string> only;
+  for (int a = 1; a < argc; ++a) {
+    const std::string s = argv[a];
+    if (s == "--time-limit" && a + 1 < argc) {
+      limit = std::atof(argv[++a]);
+    } else if (s == "--no-cbc") {
+      use_cbc = false;
+    } else if (s == "--only" && a + 1 < argc) {
+      std::stringstream ss(argv[++a]);
+      for (std::string n; std::getline(ss, n, ',');) only.push_back(n);
+    } else if (s == "--help" || s == "-h") {
+      std::cout << "bench_milp [DIR] [--time-limit S] [--only NAME,...] [--no-cbc]\n";
+      return 0;
+    } else {
+      dir = s;
+    }
+  }
+  use_cbc = use_cbc && have_cbc();
+  std::vector<std::string> files;
+  if (fs::is_directory(dir))
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().string().ends_with(".mps.gz") || e.path().string().ends_with(".mps"))
+        files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) {
+    std::cerr << "bench_milp: no .mps(.gz) files in " << dir << "\n";
+    return 2;
+  }
+  std::printf("time limit %.0f s per instance; CBC %s\n\n", limit, use_cbc ? "(same run)" : "not run");
+  std::printf("| instance | status | objective | known optimum | match | time s | nodes | CBC status | CBC time s | ratio |\n");
+  std::printf("|---|---|---:|---:|---|---:|---:|---|---:|---:|\n");
+  int solved = 0, wrong = 0, both = 0;
+  double log_ours = 0, log_cbc = 0, log_ratio = 0;
+  for (const std::string& f : files) {
+    std::string name = fs::path(f).filename().string();
+    name = name.substr(0, name.find('.'));
+    if (!only.empty() && std::find(only.begin(), only.end(), name) == only.end()) continue;
+    const milp::Problem p = milp::read_mps_file(f);
+    milp::Options o;
+    o.time_limit = limit;
+    const milp::Result r = milp::solve(p, o);
+    const auto known = kKnown.find(name);
+    const bool have_known = known != kKnown.end();
+    const bool ok = r.status == milp::Status::kOptimal;
+    const bool match = ok && have_known && matches(r.objective, known->second);
+    if (ok && have_known && !match) ++wrong;
+    if (match) ++solved;
+    CbcRun c;
+    if (use_cbc) c = run_cbc(f, limit);
+    std::string ratio = "-";
+    if (match && c.optimal) {
+      ++both;
+      const double a = std::max(r.seconds, 1e-3), b = std::max(c.seconds, 1e-3);
+      log_ours += std::log(a), log_cbc += std::log(b), log_ratio += std::log(a / b);
+      std::ostringstream os;
+      os.precision(3);
+      os << a / b;
+      ratio = os.str();
+    }
+    std::printf("| %s | %s | %.10g | %s | %s | %.2f | %ld | %s | %s | %s |\n", name.c_str(),
+                std::string(milp::to_string(r.status)).c_str(), r.objective,
+                have_known ? std::to_string(known->second).c_str() : "?",
+                !ok ? "-" : match ? "yes" : "NO", r.seconds, r.nodes,
+                !c.ran ? "-" : c.optimal ? "optimal" : "not solved",
+                c.ran ? std::to_string(c.seconds).c_str() : "-", ratio.c_str());
+    std::fflush(stdout);
+  }
+  std::printf("\nsolved to the known optimum: %d; wrong \"optimal\": %d\n", solved, wrong);
+  if (both > 0)
+    std::printf("both solved: %d; geometric mean time ours %.3f s, CBC %.3f s, ratio %.2f\n", both,
+                std::exp(log_ours / both), std::exp(log_cbc / both), std::exp(log_ratio / both));
+  // Allocation-sized problems.
+  std::vector<double> ms;
+  long nodes = 0;
+  for (std::uint64_t seed = 1; seed <= 50; ++seed) {
+    const milp::Problem p = allocation_problem(seed);
+    const auto t0 = Clock::now();
+    const milp::Result r = milp::solve(p);
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    nodes += r.nodes;
+    if (r.status != milp::Status::kOptimal) std::printf("allocation seed %lu: %s\n", seed,
+                                                       std::string(milp::to_string(r.status)).c_str());
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("\nallocation MILP (33 vars: 32 binaries + makespan, 16 rows), 50 seeds: median %.3f ms, max %.3f ms, mean nodes %.1f\n",
+              ms[ms.size() / 2], ms.back(), nodes / 50.0);
+  return 0;
+}
