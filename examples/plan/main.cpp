@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// disagmoe-plan: split a cluster between attention and FFN groups for a MoE model
+// (MILP seed + local search over the analytic model) and explain the result.
+//   disagmoe-plan --model qwen3-30b-a3b --cluster h800x128 --seq-len 16384
+//   disagmoe-plan --model my_model.json --cluster h100:4 --json --svg roofline.svg
+#include <disagmoe/io/spec_json.hpp>
+#include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/plan_json.hpp>
+#include <disagmoe/spec/presets.hpp>
+
+#include "../common/cli_main.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+namespace {
+using namespace disagmoe;
+
+void print_table(const plan::Plan& p) {
+  const plan::StepEstimate& e = p.predicted;
+  std::printf("%s on %s: seq %d, micro-batch %d, global batch %d sequences, recompute %s\n", p.model.c_str(),
+              p.cluster.c_str(), p.seq_len, p.micro_batch, p.global_batch, p.allocation.recompute ? "on" : "off");
+  std::printf("%-10s %6s %6s %10s %14s %16s %12s\n", "side", "GPUs", "NICs", "group", "busy ms/mb", "memory GB/GPU",
+              "intensity");
+  std::printf("%-10s %6d %6d %10d %14.3f %16.2f %12.0f\n", "attention", p.attention_gpus, p.attention_nics,
+              p.attention_group_size, std::max(e.attention_seconds, e.attention_network_seconds) * 1e3,
+              e.memory.attention_worker.total() / 1e9, p.attention_roofline.intensity);
+  std::printf("%-10s %6d %6d %10d %14.3f %16.2f %12.0f\n", "ffn", p.ffn_gpus, p.ffn_nics, p.ffn_group_size,
+              std::max(e.ffn_seconds, e.ffn_network_seconds) * 1e3, e.memory.ffn_worker.total() / 1e9,
+              p.ffn_roofline.intensity);
+  std::printf("groups %d (interleaved, %zu layers in pair 0); stage %.3f ms; step %.3f s; %.0f tokens/s; "
+              "bottleneck %s; capacity %.1f GB/GPU; turning point %.0f FLOP/B\n",
+              p.allocation.groups, p.layer_groups.front().size(), e.stage_seconds * 1e3, e.step_seconds,
+              e.tokens_per_second, std::string(plan::to_string(e.bottleneck)).c_str(), e.memory.capacity / 1e9,
+              p.turning_point);
+  std::printf("search: MILP seed %.3f s -> %.3f s after %ld evaluations (gain %.3fx)\n", p.seed_step_seconds,
+              p.step_seconds, p.evaluations, p.gain());
+  std::printf("%s\n", p.explanation().c_str());
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Plan DisagMoE's attention/FFN split of GPUs and NICs for a model on a cluster.", "disagmoe-plan"};
+  std::string model_arg, cluster_arg, svg_path;
+  int seq_len = 0, micro_batch = 0, global_batch = 0;
+  bool json = false;
+  app.add_option("--model", model_arg, "a model preset name or a JSON file")->required();
+  app.add_option("--cluster", cluster_arg, "a cluster preset, NAME:NODES, or a JSON file")->required();
+  app.add_option("--seq-len", seq_len, "tokens per sequence (default: the model's)");
+  app.add_option("--micro-batch", micro_batch, "sequences per micro-batch (default: the model's)");
+  app.add_option("--global-batch", global_batch, "sequences per step (default: 4Mi tokens / seq-len)");
+  app.add_flag("--json", json, "print one JSON object instead of the table");
+  app.add_option("--svg", svg_path, "write the roofline chart (SVG) to this file");
+  return cli::run_main(app, argc, argv, [&] {
+    ModelSpec m = io::load_model(model_arg);
+    const ClusterSpec c = io::load_cluster(cluster_arg);
+    if (app.count("--seq-len")) {
+      expect(seq_len > 0, "--seq-len", seq_len, "a positive number of tokens");
+      m.seq_len = seq_len;
+    }
+    if (app.count("--micro-batch")) {
+      expect(micro_batch > 0, "--micro-batch", micro_batch, "a positive number of sequences");
+      m.micro_batch = micro_batch;
+    }
+    if (app.count("--global-batch"))
+      expect(global_batch > 0, "--global-batch", global_batch, "a positive number of sequences");
+    plan::PlanOptions o;
+    o.global_batch = global_batch;
+    const plan::AdaptiveAllocator allocator(m, c, o);
+    const plan::Plan p = allocator.plan();
+    if (!svg_path.empty()) {
+      std::ofstream out(svg_path);
+      expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
+      out << plan::RooflineModel(allocator.model(), p.allocation).svg(p.model + " on " + p.cluster + ", seq " +
+                                                                       std::to_string(p.seq_len));
+      expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
+    }
+    if (json) std::cout << plan::to_json(p).dump(2) << '\n';
+    else print_table(p);
+    return cli::kExitOk;
+  });
+}
