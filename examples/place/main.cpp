@@ -9,6 +9,7 @@
 #include <disagmoe/placement/correlated.hpp>
 #include <disagmoe/placement/exact.hpp>
 #include <disagmoe/placement/metrics.hpp>
+#include <disagmoe/placement/milp_placement.hpp>
 #include <disagmoe/placement/token_shuffle.hpp>
 
 #include <nlohmann/json.hpp>
@@ -27,7 +28,9 @@ using namespace disagmoe::placement;
 using nlohmann::json;
 
 struct Args {
-  std::string fit, eval, fit_gates, method = "correlated", out, generate;
+  std::string fit, eval, method = "correlated", out, generate, exact_solver = "milp";
+  double time_limit = 60;
+  json exact_info;  // solver verdict of --method exact
   int experts = 0, gpus = 0, gpus_per_node = 0;
   bool shuffle = false, json_out = false;
   std::uint64_t seed = 1;
@@ -45,7 +48,7 @@ CouplingStats stream_stats(const std::string& path, int experts) {
   return stats;
 }
 
-Placement fit_placement(const Args& a, const CouplingStats& stats, Topology topo) {
+Placement fit_placement(Args& a, const CouplingStats& stats, Topology topo) {
   if (a.method == "correlated") {
     CorrelatedPlacementOptions o;
     o.weights = {a.cross_layer, a.node_weight};
@@ -57,8 +60,20 @@ Placement fit_placement(const Args& a, const CouplingStats& stats, Topology topo
   if (a.method == "contiguous") return contiguous_placement(stats.layers(), stats.num_experts(), topo);
   if (a.method == "random") return random_placement(stats.layers(), stats.num_experts(), topo, a.seed);
   if (a.method == "load-balanced") return load_balanced_placement(stats, topo);
-  // "exact": the dynamic program over balanced maps (small E only; clear error otherwise).
-  return exact_placement(CouplingWeights::from(stats, a.cross_layer), topo, a.node_weight, a.load_tolerance);
+  // "exact": the MILP of milp_placement.hpp, or the dynamic program over balanced maps
+  // (exact.hpp); both reject instances too large for them with a clear error.
+  const auto w = CouplingWeights::from(stats, a.cross_layer);
+  if (a.exact_solver == "dp") {
+    Placement p = exact_placement(w, topo, a.node_weight, a.load_tolerance);
+    a.exact_info = json{{"solver", "dp"}, {"status", "optimal"}, {"objective", coupling_objective(w, p, a.node_weight)}};
+    return p;
+  }
+  disagmoe::milp::Options o;
+  o.time_limit = a.time_limit;
+  MilpPlacement m = milp_placement(w, topo, a.node_weight, a.load_tolerance, o);
+  a.exact_info = json{{"solver", "milp"}, {"status", std::string(disagmoe::milp::to_string(m.status))},
+                      {"objective", m.objective}, {"bound", m.bound}, {"gap", m.gap}};
+  return std::move(m.placement);
 }
 
 int generate(const Args& a) {
@@ -90,7 +105,7 @@ json metrics_json(const PlacementMetrics& m) {
               {"rows_removed_per_layer", m.rows_removed_per_layer}};
 }
 
-int run(const Args& a) {
+int run(Args& a) {
   if (!a.generate.empty()) return generate(a);
   disagmoe::expect(!a.fit.empty(), "--fit", "", "a routing trace .npy file (or --generate)");
   const int per_node = a.gpus_per_node > 0 ? a.gpus_per_node : (a.gpus % 8 == 0 ? 8 : a.gpus);
@@ -116,6 +131,7 @@ int run(const Args& a) {
   }
   json result{{"method", a.method}, {"experts", a.experts}, {"gpus", a.gpus}, {"gpus_per_node", per_node},
               {"shuffle", a.shuffle}, {"placement", placement_json}, {"metrics", metrics_json(m)}};
+  if (!a.exact_info.is_null()) result["exact"] = a.exact_info;
   if (!a.out.empty()) {
     json full = result;
     json homes = json::array();
@@ -155,6 +171,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 65536));
   app.add_option("--method", a.method, "placement method")
       ->check(CLI::IsMember({"correlated", "contiguous", "random", "load-balanced", "exact"}));
+  app.add_option("--exact-solver", a.exact_solver, "--method exact: milp (branch and bound) or dp (enumeration)")
+      ->check(CLI::IsMember({"milp", "dp"}));
+  app.add_option("--time-limit", a.time_limit, "--method exact with milp: seconds before the best placement so far is kept")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--shuffle", a.shuffle, "home tokens on the GPU predicted from the previous layer (token shuffling)");
   app.add_flag("--json", a.json_out, "print one JSON object: placement and metrics");
   app.add_option("--out", a.out, "write the JSON plus `home` ([layer][token] -> GPU on the eval trace) to FILE");

@@ -6,6 +6,7 @@
 #include <disagmoe/placement/dispatch_plan.hpp>
 #include <disagmoe/placement/exact.hpp>
 #include <disagmoe/placement/metrics.hpp>
+#include <disagmoe/placement/milp_placement.hpp>
 
 #include <doctest/doctest.h>
 
@@ -263,4 +264,23 @@ TEST_CASE("uniform routing matches the closed-form expected rows") {
   for (int i = 0; i < 8; ++i) ratio *= (56.0 - i) / (64.0 - i);
   const double expected = 8 * (1 - ratio);
   CHECK(static_cast<double>(m.rows_dedup) / 20000 == doctest::Approx(expected).epsilon(0.01));
+}
+
+TEST_CASE("MILP formulation agrees with the exact DP on tiny instances") {
+  for (std::uint64_t seed : {1u, 2u}) {
+    CAPTURE(seed);
+    const auto tr = make_trace(seed, 200, 2, 4, 2, 2, 0.6, 0.6, 0.5);
+    const auto w = CouplingWeights::from(CouplingStats::of(tr), 0.8);
+    for (const Topology topo : {Topology{2, 2}, Topology{2, 1}}) {
+      const double dp = coupling_objective(w, exact_placement(w, topo, 0.5), 0.5);
+      const auto m = milp_placement(w, topo, 0.5);
+      CHECK(m.status == disagmoe::milp::Status::kOptimal);
+      CHECK(m.objective == doctest::Approx(dp));
+      CHECK(m.bound == doctest::Approx(dp));  // the solver's own objective, offset included
+      CHECK(m.placement.balanced());
+    }
+  }
+  const auto big = make_trace(1, 100, 2, 64, 2, 2, 0.5, 0.5, 0);
+  CHECK_THROWS_WITH_AS(milp_placement(CouplingWeights::from(CouplingStats::of(big), 1.0), Topology{8, 8}, 1.0),
+                       doctest::Contains("use the correlated heuristic"), disagmoe::ConfigError);
 }

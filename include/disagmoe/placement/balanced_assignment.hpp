@@ -76,11 +76,52 @@ class SlotHeap {
   std::vector<double> price_;
   std::vector<std::int64_t> holder_;
 };
+
+/// Weak duality: for any bin prices pi, OPT <= sum_i max_g (s_ig - pi_g) + sum_g cap_g pi_g.
+/// Tries the cheapest, the dearest and the mean slot price of each bin; keeps the
+/// lowest. O(n * G).
+inline double dual_bound(const std::vector<SlotHeap>& heap, std::span<const double> score,
+                         std::span<const std::int64_t> capacity) {
+  const std::size_t G = capacity.size(), n = score.size() / G;
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<double> pi(G, 0.0);
+  for (int which = 0; which < 3; ++which) {
+    for (std::size_t g = 0; g < G; ++g) {
+      const auto p = heap[g].prices();
+      if (p.empty()) continue;  // bins without capacity are excluded below
+      pi[g] = which == 0 ? *std::min_element(p.begin(), p.end())
+              : which == 1 ? *std::max_element(p.begin(), p.end())
+                           : std::accumulate(p.begin(), p.end(), 0.0) / static_cast<double>(p.size());
+    }
+    double ub = 0;
+    for (std::size_t g = 0; g < G; ++g)
+      if (capacity[g] > 0) ub += static_cast<double>(capacity[g]) * pi[g];
+    for (std::size_t i = 0; i < n; ++i) {
+      double m = -std::numeric_limits<double>::infinity();
+      for (std::size_t g = 0; g < G; ++g)
+        if (capacity[g] > 0) m = std::max(m, score[i * G + g] - pi[g]);
+      ub += m;
+    }
+    best = std::min(best, ub);
+  }
+  return best;
+}
+}  // namespace detail
+
+namespace detail {
+inline void read_assignment(const std::vector<SlotHeap>& heap, std::span<const double> score, std::size_t G,
+                            BalancedAssignment& r) {
+  for (std::size_t g = 0; g < G; ++g)
+    for (const auto item : heap[g].holders()) r.bin[static_cast<std::size_t>(item)] = static_cast<std::int32_t>(g);
+  r.value = 0;
+  for (std::size_t i = 0; i < r.bin.size(); ++i) r.value += score[i * G + static_cast<std::size_t>(r.bin[i])];
+}
 }  // namespace detail
 
 /// Maximises sum_i score[i*G + bin_i] subject to exactly capacity[g] items per bin.
 /// `score` is n x G row-major (finite); capacities are >= 0 and sum to n.
-/// `final_epsilon` (relative to the score range) sets the optimality tolerance.
+/// `final_epsilon` (relative to the score range) sets the optimality tolerance; the
+/// scaling stops early once the dual bound is within that tolerance.
 /// Throws ConfigError on bad sizes, capacities or non-finite scores.
 /// Complexity: O(phases * bids * (G + log n)); memory O(n + G).
 inline BalancedAssignment balanced_assignment(std::span<const double> score, std::span<const std::int64_t> capacity,
@@ -132,38 +173,12 @@ inline BalancedAssignment balanced_assignment(std::span<const double> score, std
       const std::int64_t evicted = heap[best].take(i, bid);
       if (evicted >= 0) queue.push_back(evicted);
     }
-    if (eps <= eps_end) break;
+    // Stop as soon as the dual bound proves the assignment optimal within the tolerance:
+    // later phases would only shave a gap that is already negligible.
+    detail::read_assignment(heap, score, G, r);
+    r.upper_bound = std::max(detail::dual_bound(heap, score, capacity), r.value);  // max: rounding guard
+    if (eps <= eps_end || r.upper_bound - r.value <= final_epsilon * (std::abs(r.upper_bound) + range)) break;
   }
-  for (std::size_t g = 0; g < G; ++g)
-    for (const auto item : heap[g].holders()) r.bin[static_cast<std::size_t>(item)] = static_cast<std::int32_t>(g);
-  for (std::size_t i = 0; i < n; ++i) r.value += score[i * G + static_cast<std::size_t>(r.bin[i])];
-  // Weak duality: for any bin prices pi, OPT <= sum_i max_g (s_ig - pi_g) + sum_g cap_g pi_g.
-  // Try the cheapest, the dearest and the mean slot price of each bin; keep the lowest.
-  r.upper_bound = std::numeric_limits<double>::infinity();
-  for (int which = 0; which < 3; ++which) {
-    std::vector<double> pi(G, 0.0);
-    for (std::size_t g = 0; g < G; ++g) {
-      const auto p = heap[g].prices();
-      if (p.empty()) {
-        pi[g] = std::numeric_limits<double>::infinity();  // an empty bin is never worth choosing
-        continue;
-      }
-      pi[g] = which == 0 ? *std::min_element(p.begin(), p.end())
-              : which == 1 ? *std::max_element(p.begin(), p.end())
-                           : std::accumulate(p.begin(), p.end(), 0.0) / static_cast<double>(p.size());
-    }
-    double ub = 0;
-    for (std::size_t g = 0; g < G; ++g)
-      if (capacity[g] > 0) ub += static_cast<double>(capacity[g]) * pi[g];
-    for (std::size_t i = 0; i < n; ++i) {
-      double m = -std::numeric_limits<double>::infinity();
-      for (std::size_t g = 0; g < G; ++g)
-        if (capacity[g] > 0) m = std::max(m, score[i * G + g] - pi[g]);
-      ub += m;
-    }
-    r.upper_bound = std::min(r.upper_bound, ub);
-  }
-  r.upper_bound = std::max(r.upper_bound, r.value);  // rounding guard
   return r;
 }
 

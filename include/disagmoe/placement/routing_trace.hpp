@@ -9,6 +9,7 @@
 #include <disagmoe/error.hpp>
 #include <disagmoe/placement/npy.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
