@@ -95,7 +95,7 @@ class BranchAndBound {
     if (s == LpStatus::kUnbounded) return finish(res, Status::kUnbounded);
     if (s == LpStatus::kIterationLimit) throw SolverError("milp: root LP hit the iteration limit");
     if (opt_.cut_rounds > 0 && !ints_.empty()) {
-      GomoryCuts cuts(p_, lp_, ints_, opt_.integrality_tol);
+      GomoryCuts cuts(p_, lp_, ints_);
       s = cuts.run(opt_.cut_rounds, deadline_);
       if (s == LpStatus::kTimeLimit) return finish(res, Status::kTimeLimit);
       if (s == LpStatus::kInfeasible) return finish(res, Status::kInfeasible);

@@ -20,8 +20,8 @@ namespace disagmoe::milp::detail {
 
 class GomoryCuts {
  public:
-  GomoryCuts(const Problem& p, DualSimplex& lp, const std::vector<int>& ints, double int_tol)
-      : p_(p), lp_(lp), n_(p.num_vars()), int_tol_(int_tol) {
+  GomoryCuts(const Problem& p, DualSimplex& lp, const std::vector<int>& ints)
+      : p_(p), lp_(lp), n_(p.num_vars()) {
     is_int_.assign(n_, 0);
     for (int j : ints) is_int_[j] = 1;
     for (int i = 0; i < p.num_rows(); ++i) {
@@ -184,7 +184,6 @@ class GomoryCuts {
   const Problem& p_;
   DualSimplex& lp_;
   int n_;
-  double int_tol_;
   std::vector<char> is_int_, row_int_;
   std::vector<std::vector<std::pair<int, double>>> rows_;
 };

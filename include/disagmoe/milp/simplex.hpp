@@ -336,11 +336,7 @@ class DualSimplex {
     }
     if (!factor_.factor(m_, t)) {
       // Singular basis (numerical trouble): restart from the logical basis.
-      for (int k = 0; k < n_ + m_; ++k)
-        status_[k] = k < n_ ? BasisStatus::kAtLower : BasisStatus::kBasic;
-      head_.resize(m_);
-      for (int r = 0; r < m_; ++r) head_[r] = n_ + r;
-      weight_.assign(m_, 1.0);
+      reset_basis();
       t.clear();
       for (int r = 0; r < m_; ++r) t.emplace_back(r, r, -1.0);
       if (!factor_.factor(m_, t)) throw SolverError("dual simplex: logical basis failed to factor");
