@@ -10,6 +10,7 @@
 #include <disagmoe/io/chrome_trace.hpp>
 #include <disagmoe/io/spec_json.hpp>
 #include <disagmoe/io/svg_gantt.hpp>
+#include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/schedule/schedules.hpp>
 
 #include <nlohmann/json.hpp>
@@ -26,7 +27,7 @@ using nlohmann::json;
 namespace {
 
 // Reads the A/F split from a plan JSON: the fields of plan::Allocation, at the top
-// level or under "allocation".
+// level or under "allocation" (as disagmoe-plan --json writes it).
 ds::AfLayout read_plan(const std::string& path) {
   const json j = disagmoe::io::read_json_file(path);
   const json& a = j.contains("allocation") ? j.at("allocation") : j;
@@ -39,6 +40,12 @@ ds::AfLayout read_plan(const std::string& path) {
   };
   return {field("groups"), field("attention_gpus_per_node"), field("ffn_gpus_per_node"),
           field("attention_nics_per_node"), field("ffn_nics_per_node")};
+}
+
+// The planner's allocation (plan::AdaptiveAllocator: MILP seed + local search).
+ds::AfLayout planned_layout(const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c, int global_batch) {
+  const auto a = disagmoe::plan::AdaptiveAllocator(m, c, {.global_batch = global_batch}).plan().allocation;
+  return {a.groups, a.attention_gpus_per_node, a.ffn_gpus_per_node, a.attention_nics_per_node, a.ffn_nics_per_node};
 }
 
 json worker_json(const ds::Worker& w, const ds::WorkerMetrics& m) {
@@ -98,7 +105,7 @@ int main(int argc, char** argv) {
   std::string model = "deepseek-moe-16b", cluster = "h800x128", schedule = "afpipe", plan_file, trace, svg;
   int seq_len = 0, micro_batches = 0, global_batch = 1024, micro_batch = 0, stages = 0;
   int groups = 0, attention_gpus = 0, ffn_gpus = 0, attention_nics = -1, ffn_nics = -1;
-  bool as_json = false, compare = false, no_dedup = false;
+  bool as_json = false, compare = false, no_dedup = false, search_layout = false;
   ds::PolicyKnobs knobs;
   ds::CostOptions cost;
   app.add_option("--model", model, "model preset or JSON file")->capture_default_str();
@@ -106,7 +113,10 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", schedule, "afpipe|1f1b|interleaved|a2a-overlap|chunked|dualpipe|dualpipev")
       ->capture_default_str();
   app.add_flag("--compare", compare, "simulate every schedule and print a comparison table");
-  app.add_option("--plan", plan_file, "plan JSON (plan::Allocation fields) giving AF-Pipe's A/F split");
+  app.add_option("--plan", plan_file,
+                 "plan JSON (disagmoe-plan --json, or plan::Allocation fields) giving AF-Pipe's A/F split "
+                 "(default: the planner's allocation)");
+  app.add_flag("--search-layout", search_layout, "AF-Pipe: search the A/F split with the simulator instead of the planner");
   app.add_option("--seq-len", seq_len, "tokens per sequence (default: the model's)");
   app.add_option("--micro-batch", micro_batch, "sequences per GPU micro-batch (default: the model's)");
   app.add_option("--global-batch", global_batch, "sequences per step (sets micro-batches per schedule)")
@@ -149,6 +159,9 @@ int main(int argc, char** argv) {
       const int nf = ffn_nics >= 0 ? ffn_nics : c.nics_per_node - na;
       af = ds::AfLayout{groups, attention_gpus, ffn_gpus, c.nodes > 1 ? na : 0, c.nodes > 1 ? nf : 0};
     }
+    const bool needs_af = compare || schedule == "afpipe";
+    std::optional<ds::AfLayout> planned;
+    if (!af && !search_layout && needs_af) planned = planned_layout(m, c, global_batch);
     std::vector<std::string> names;
     if (compare) {
       for (auto n : ds::kScheduleNames) names.emplace_back(n);
@@ -159,6 +172,17 @@ int main(int argc, char** argv) {
     std::vector<ds::Simulated> runs;
     for (const auto& n : names) {
       try {
+        if (n == "afpipe" && planned) {
+          try {
+            runs.push_back(ds::simulate_best(n, m, c, cost, knobs, stages, planned));
+            continue;
+          } catch (const disagmoe::ConfigError& e) {
+            // The planner's analytic model admits splits the simulator's layout does not
+            // (e.g. uneven experts per F GPU): say so and let the simulator search.
+            std::cerr << "disagmoe-sim: the planner's allocation cannot be simulated (" << e.what()
+                      << "); searching the A/F split instead\n";
+          }
+        }
         runs.push_back(ds::simulate_best(n, m, c, cost, knobs, stages, af));
       } catch (const disagmoe::ConfigError& e) {
         if (!compare) throw;

@@ -11,3 +11,21 @@
 #include <disagmoe/spec/model_size.hpp>
 #include <disagmoe/spec/model_spec.hpp>
 #include <disagmoe/spec/presets.hpp>
+
+// MILP solver (milp/): Problem, solve(), MPS reader/writer.
+#include <disagmoe/milp/milp.hpp>
+// Planner (plan/): cost model, RooflineModel, layer groups, AdaptiveAllocator, Plan.
+#include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/cost_model.hpp>
+#include <disagmoe/plan/layer_assignment.hpp>
+#include <disagmoe/plan/roofline.hpp>
+// Schedules and simulator (schedule/): AFPipe and the baselines, simulate().
+#include <disagmoe/schedule/plan_oracle.hpp>
+#include <disagmoe/schedule/schedules.hpp>
+// Expert Coupling (placement/): traces, statistics, CorrelatedPlacement, TokenShuffle.
+#include <disagmoe/placement/all.hpp>
+// Token exchange (comm/, backend/host/): transports, M2NChannel, host token kernels.
+#include <disagmoe/backend/host/loopback_transport.hpp>
+#include <disagmoe/backend/host/token_kernels.hpp>
+#include <disagmoe/comm/groups.hpp>
+#include <disagmoe/comm/m2n_channel.hpp>

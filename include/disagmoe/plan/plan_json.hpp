@@ -45,6 +45,7 @@ inline io::Json to_json(const Plan& p) {
   j["ffn"] = {{"gpus", p.ffn_gpus}, {"nics", p.ffn_nics}, {"group_size", p.ffn_group_size}};
   j["groups"] = p.allocation.groups;
   j["recompute"] = p.allocation.recompute;
+  j["allocation"] = detail::to_json(p.allocation);  // per-node split: what disagmoe-sim --plan reads
   j["layer_groups"] = p.layer_groups;
   j["predicted"] = {{"stage_seconds", e.stage_seconds},
                     {"step_seconds", e.step_seconds},
