@@ -97,3 +97,20 @@ function(disagmoe_add_program_test)
            "-DEXIT=${T_EXIT}" "-DEXPECT=${T_EXPECT}" -P "${DISAGMOE_RUN_AND_CHECK}")
   set_tests_properties(${T_NAME} PROPERTIES LABELS program TIMEOUT 300)
 endfunction()
+
+# disagmoe_add_compile_fail_test(NAME prefix SOURCE file.cpp CASES model case... EXPECT regex)
+#   Concept checks: `file.cpp` is compiled (-fsyntax-only) once per case with -DCASE_<case>.
+#   The case `model` is the control and must compile; every other case must fail with
+#   output matching `regex` (the concept named), so an unrelated error does not pass.
+function(disagmoe_add_compile_fail_test)
+  cmake_parse_arguments(T "" "NAME;SOURCE;EXPECT" "CASES" ${ARGN})
+  foreach(c IN LISTS T_CASES)
+    add_test(NAME ${T_NAME}_${c}
+             COMMAND ${CMAKE_CXX_COMPILER} -std=c++20 -fsyntax-only -I${PROJECT_SOURCE_DIR}/include
+                     -DCASE_${c} "${CMAKE_CURRENT_SOURCE_DIR}/${T_SOURCE}")
+    set_tests_properties(${T_NAME}_${c} PROPERTIES LABELS compile_fail TIMEOUT 120)
+    if(NOT c STREQUAL "model")
+      set_tests_properties(${T_NAME}_${c} PROPERTIES PASS_REGULAR_EXPRESSION "${T_EXPECT}")
+    endif()
+  endforeach()
+endfunction()

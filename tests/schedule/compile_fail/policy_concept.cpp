@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Compile-fail check for the schedule_policy concept. Built twice by ctest:
-// without DISAGMOE_NEGATIVE it must compile (control: a shipped policy passes), with it
-// it must not (a type with the right members but no opt-in tag, and one with the tag
-// but a wrong build signature, are rejected).
+// Compile-fail check for the schedule_policy concept, built once per case by ctest:
+// CASE_model must compile (a shipped policy passes); CASE_untagged (the right members
+// but no opt-in tag) and CASE_wrong_build (the tag but a wrong build) must not.
 #include <disagmoe/schedule/baselines.hpp>
 #include <disagmoe/schedule/policy.hpp>
 
@@ -13,7 +12,7 @@ ds::Schedule run(const P& p, const ds::Problem& pb) {
   return p.build(pb);
 }
 
-#ifdef DISAGMOE_NEGATIVE
+#if defined(CASE_untagged) || defined(CASE_wrong_build)
 struct NoTag {  // structurally fine, but never opted in
   static constexpr std::string_view kName = "no-tag";
   ds::Schedule build(const ds::Problem&) const { return {}; }
@@ -23,7 +22,7 @@ struct WrongBuild {  // opted in, but build returns the wrong type
   static constexpr std::string_view kName = "wrong";
   int build(const ds::Problem&) const { return 0; }
 };
-#if DISAGMOE_NEGATIVE == 1
+#if defined(CASE_untagged)
 ds::Schedule use(const ds::Problem& pb) { return run(NoTag{}, pb); }
 #else
 ds::Schedule use(const ds::Problem& pb) { return run(WrongBuild{}, pb); }
