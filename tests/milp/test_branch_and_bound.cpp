@@ -198,3 +198,21 @@ TEST_CASE("milp bb: limits, callback, determinism and option checks") {
     CHECK_THROWS_AS(solve(p, o), disagmoe::ConfigError);
   }
 }
+
+TEST_CASE("milp bb: Harris ratio test finds a pivot when a huge reduced cost absorbs the tolerance") {
+  // min c x s.t. 13 x >= 1, x >= 0 with c = 123456789012345: pass 1 gives
+  // theta_max = fl((c + tol) / 13) = fl(c / 13), and fl(theta_max * 13) < c, so the old
+  // pass-2 test |d| <= theta_max |a| rejected the only candidate and read row_[-1].
+  Problem p;
+  const double c = 123456789012345.0;
+  const int x = p.add_var(0, kInf, c);
+  p.add_row({{x, 13.0}}, 1.0, kInf);
+  const LpResult lp = solve_lp(p);
+  REQUIRE(lp.status == LpStatus::kOptimal);
+  CHECK(lp.x[0] == doctest::Approx(1.0 / 13));
+  Options o;
+  o.cut_rounds = 0;
+  const Result r = solve(p, o);
+  REQUIRE(r.status == Status::kOptimal);
+  CHECK(r.objective == doctest::Approx(c / 13));
+}

@@ -573,7 +573,10 @@ class DualSimplex {
         if (s == BasisStatus::kBasic || lb_[k] == ub_[k]) continue;
         const double a = sgn * row_[k];
         if (!eligible(s, a, kPivTol)) continue;
-        if (std::abs(d_[k]) <= theta_max * std::abs(a) && std::abs(a) > best_a) {
+        // Compare the ratio itself, as pass 1 computed it: |d| <= theta_max |a| can fail
+        // for every candidate by one rounding (|d| >~ 1e8 absorbs dual_tol), leaving q = -1
+        // and indexing row_[-1]; |d|/|a| <= (|d| + tol)/|a| holds exactly in floating point.
+        if (std::abs(d_[k]) / std::abs(a) <= theta_max && std::abs(a) > best_a) {
           best_a = std::abs(a);
           q = k;
         }
