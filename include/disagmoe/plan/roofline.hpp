@@ -137,11 +137,11 @@ class RooflineModel {
       << h - bottom << "\" stroke=\"#555\" stroke-dasharray=\"2 3\"/><text x=\"" << px(turning_point()) + 4
       << "\" y=\"" << top + 12 << "\">Î=" << turning_point() << "</text>\n";
     const char* colours[2] = {"#1f77b4", "#d62728"};
-    int k = 0;
+    int k = 0;  // attention's label above its point, FFN's below, so the two never overlap
     for (const RooflinePoint* r : {&attention_, &ffn_}) {
       roof(r->ceiling, r->bandwidth, colours[k], "none");
       s << "<circle cx=\"" << px(r->intensity) << "\" cy=\"" << py(r->achieved()) << "\" r=\"6\" fill=\""
-        << colours[k] << "\"/><text x=\"" << px(r->intensity) + 9 << "\" y=\"" << py(r->achieved()) - 8
+        << colours[k] << "\"/><text x=\"" << px(r->intensity) + 9 << "\" y=\"" << py(r->achieved()) + (k == 0 ? -8 : 18)
         << "\" fill=\"" << colours[k] << "\">" << r->name << " I=" << r->intensity << " ("
         << (r->network_bound() ? "network" : "compute") << "-bound)</text>\n";
       ++k;
