@@ -68,6 +68,19 @@ inline std::vector<std::vector<Action>> one_f_one_b_actions(int p, int m, int v,
   return acts;
 }
 
+/// The looped 1F1B family shared by the baselines below: `v` chunks per worker,
+/// `extra_warmup` extra warmup forwards, steady-state [F, B] fused when `pair`, MoE
+/// layers split into `chunks` pieces.
+inline Schedule build_looped_1f1b(const Problem& pb, std::string_view name, int v, int extra_warmup, bool pair,
+                                  int chunks = 1) {
+  validate(pb);
+  expect(chunks >= 1, "chunks", chunks, "a positive integer");
+  expect(v >= 1, "virtual_stages", v, "a positive integer");
+  const int p = static_cast<int>(pb.workers.size());
+  PipelinePlan plan{looped_routes(pb, v), one_f_one_b_actions(p, pb.micro_batches, v, extra_warmup, pair), chunks};
+  return build_pipeline(pb, plan, std::string(name));
+}
+
 }  // namespace detail
 
 /// 1F1B (PipeDream-Flush, Megatron without interleaving): one contiguous stage per
@@ -76,12 +89,7 @@ inline std::vector<std::vector<Action>> one_f_one_b_actions(int p, int m, int v,
 struct OneFOneB {
   using policy_concept = schedule_policy_tag;
   static constexpr std::string_view kName = "1f1b";
-  [[nodiscard]] Schedule build(const Problem& pb) const {
-    validate(pb);
-    const int p = static_cast<int>(pb.workers.size());
-    PipelinePlan plan{detail::looped_routes(pb, 1), detail::one_f_one_b_actions(p, pb.micro_batches, 1, 0, false)};
-    return build_pipeline(pb, plan, std::string(kName));
-  }
+  [[nodiscard]] Schedule build(const Problem& pb) const { return detail::build_looped_1f1b(pb, kName, 1, 0, false); }
 };
 
 /// Interleaved 1F1B (Narayanan et al. SC'21, Megatron's schedule table with N = p):
@@ -92,12 +100,7 @@ struct Interleaved1F1B {
   static constexpr std::string_view kName = "interleaved";
   int virtual_stages = 2;  ///< model chunks per worker (v >= 1)
   [[nodiscard]] Schedule build(const Problem& pb) const {
-    validate(pb);
-    expect(virtual_stages >= 1, "virtual_stages", virtual_stages, "a positive integer");
-    const int p = static_cast<int>(pb.workers.size());
-    PipelinePlan plan{detail::looped_routes(pb, virtual_stages),
-                      detail::one_f_one_b_actions(p, pb.micro_batches, virtual_stages, 0, false)};
-    return build_pipeline(pb, plan, std::string(kName));
+    return detail::build_looped_1f1b(pb, kName, virtual_stages, 0, false);
   }
 };
 
@@ -111,12 +114,7 @@ struct A2AOverlap {
   static constexpr std::string_view kName = "a2a-overlap";
   int virtual_stages = 2;  ///< model chunks per worker (v >= 1)
   [[nodiscard]] Schedule build(const Problem& pb) const {
-    validate(pb);
-    expect(virtual_stages >= 1, "virtual_stages", virtual_stages, "a positive integer");
-    const int p = static_cast<int>(pb.workers.size());
-    PipelinePlan plan{detail::looped_routes(pb, virtual_stages),
-                      detail::one_f_one_b_actions(p, pb.micro_batches, virtual_stages, 1, true)};
-    return build_pipeline(pb, plan, std::string(kName));
+    return detail::build_looped_1f1b(pb, kName, virtual_stages, 1, true);
   }
 };
 
@@ -131,13 +129,7 @@ struct ChunkedOverlap {
   int chunks = 4;          ///< pieces per MoE layer (>= 1)
   int virtual_stages = 2;  ///< model chunks per worker of the underlying interleaved 1F1B
   [[nodiscard]] Schedule build(const Problem& pb) const {
-    validate(pb);
-    expect(chunks >= 1, "chunks", chunks, "a positive integer");
-    expect(virtual_stages >= 1, "virtual_stages", virtual_stages, "a positive integer");
-    const int p = static_cast<int>(pb.workers.size());
-    PipelinePlan plan{detail::looped_routes(pb, virtual_stages),
-                      detail::one_f_one_b_actions(p, pb.micro_batches, virtual_stages, 0, false), chunks};
-    return build_pipeline(pb, plan, std::string(kName));
+    return detail::build_looped_1f1b(pb, kName, virtual_stages, 0, false, chunks);
   }
 };
 
