@@ -17,19 +17,7 @@
 using namespace disagmoe;
 using namespace disagmoe::plan;
 
-namespace {
-
-ClusterSpec small_cluster(int nodes, int gpus, int nics, double hbm_bytes = 80e9) {
-  ClusterSpec c = cluster_preset("h800x128");
-  c.name = "small";
-  c.nodes = nodes;
-  c.gpus_per_node = gpus;
-  c.nics_per_node = nics;
-  c.gpu.hbm_bytes = hbm_bytes;
-  return c;
-}
-
-}  // namespace
+using test::small_cluster;
 
 TEST_CASE("interleaved_groups: pair i holds i, i+p, ...; every layer once") {
   for (int layers = 1; layers <= 13; ++layers)

@@ -16,15 +16,7 @@ using namespace disagmoe::plan;
 
 namespace {
 
-ClusterSpec small_cluster(int nodes, int gpus, int nics, double hbm_bytes = 80e9) {
-  ClusterSpec c = cluster_preset("h800x128");
-  c.name = "small";
-  c.nodes = nodes;
-  c.gpus_per_node = gpus;
-  c.nics_per_node = nics;
-  c.gpu.hbm_bytes = hbm_bytes;
-  return c;
-}
+using test::small_cluster;
 
 struct Case {
   const char* model;

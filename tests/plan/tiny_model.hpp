@@ -2,7 +2,9 @@
 // A tiny MoE model whose costs are small enough to count by hand.
 #pragma once
 
+#include <disagmoe/spec/cluster_spec.hpp>
 #include <disagmoe/spec/model_spec.hpp>
+#include <disagmoe/spec/presets.hpp>
 
 namespace disagmoe::plan::test {
 
@@ -28,6 +30,17 @@ inline ModelSpec tiny_model() {
   m.seq_len = 4;
   m.micro_batch = 2;
   return m;
+}
+
+/// An h800x128 node scaled to a small cluster, for exhaustive-enumeration oracles.
+inline ClusterSpec small_cluster(int nodes, int gpus, int nics, double hbm_bytes = 80e9) {
+  ClusterSpec c = cluster_preset("h800x128");
+  c.name = "small";
+  c.nodes = nodes;
+  c.gpus_per_node = gpus;
+  c.nics_per_node = nics;
+  c.gpu.hbm_bytes = hbm_bytes;
+  return c;
 }
 
 }  // namespace disagmoe::plan::test
