@@ -27,29 +27,24 @@ struct MilpSeed {
   bool found = false;        ///< an allocation that fits exists
   Allocation allocation;     ///< the optimum (over the allowed recompute settings)
   double bound_seconds = 0;  ///< its objective in seconds per micro-batch
-  long nodes = 0;            ///< branch-and-bound nodes over all solves
-  milp::Status status = milp::Status::kInfeasible;  ///< status of the solve that gave the seed
+  long nodes = 0;            ///< branch-and-bound nodes of the solve
+  milp::Status status = milp::Status::kInfeasible;  ///< status of the solve
 };
 
-/// Solves the MILP for each allowed recompute setting and keeps the best. Throws
-/// SolverError when a solve ends neither optimal nor infeasible.
+/// Solves the allocation MILP (every allowed recompute setting in one program).
+/// Throws SolverError when the solve ends neither optimal nor infeasible.
 inline MilpSeed solve_allocation_milp(const AnalyticModel& model, const milp::Options& options = {}) {
   MilpSeed seed;
-  for (bool rc : model.recompute_choices()) {
-    const AllocationMilp f = build_allocation_milp(model, rc);
-    const milp::Result r = milp::solve(f.problem, options);
-    seed.nodes += r.nodes;
-    if (r.status == milp::Status::kInfeasible) continue;
-    if (r.status != milp::Status::kOptimal)
-      fail<SolverError>("allocation milp status", milp::to_string(r.status), "optimal or infeasible");
-    const double bound = r.objective / AllocationMilp::kMs;
-    if (!seed.found || bound < seed.bound_seconds) {
-      seed.found = true;
-      seed.allocation = f.decode(r.solution);
-      seed.bound_seconds = bound;
-      seed.status = r.status;
-    }
-  }
+  const AllocationMilp f = build_allocation_milp(model);
+  const milp::Result r = milp::solve(f.problem, options);
+  seed.nodes = r.nodes;
+  seed.status = r.status;
+  if (r.status == milp::Status::kInfeasible) return seed;
+  if (r.status != milp::Status::kOptimal)
+    fail<SolverError>("allocation milp status", milp::to_string(r.status), "optimal or infeasible");
+  seed.found = true;
+  seed.allocation = f.decode(r.solution);
+  seed.bound_seconds = r.objective / AllocationMilp::kMs;
   return seed;
 }
 

@@ -115,8 +115,9 @@ struct StepEstimate {
   double ffn_seconds = 0;
   double attention_network_seconds = 0;
   double ffn_network_seconds = 0;
-  /// The MILP's objective: max of the four above without the once-per-step gradient
-  /// all-reduce (which the four include). Seconds per micro-batch.
+  /// The MILP's objective: max over pairs of the pair's four busy times, the
+  /// once-per-step gradient all-reduce included (the four fields above are those of
+  /// the slowest pair, so bound_seconds = max of them). Seconds per micro-batch.
   double bound_seconds = 0;
   double stage_seconds = 0;     ///< one layer of one wave (g_a micro-batches) on the bottleneck resource
   double round_seconds = 0;     ///< one wave through every pair once (R), incl. message latencies
@@ -273,6 +274,69 @@ class AnalyticModel {
     return terms;
   }
 
+  /// Edges of a ring all-reduce over a group of `g` GPUs that load the side's links:
+  /// on one node every rank sends over its own link (g); across nodes NCCL builds its
+  /// rings so that the ranks of a node are adjacent (NVLink inside the node) and each
+  /// ring leaves every node once (Jeaugey, "NCCL 2.0", GTC 2017; the hierarchical
+  /// all-reduce of Jia et al. 2018, arXiv 1807.11205, §3.3), so min(g, nodes) edges
+  /// cross the NICs, each carrying ring_all_reduce_bytes per rank-step.
+  [[nodiscard]] double all_reduce_edges(int g) const { return c_.nodes == 1 ? g : std::min(g, c_.nodes); }
+
+  /// Sums over the layers of one pair of the per-layer constants `estimate` adds up,
+  /// so that the bound of an allocation with p pairs costs O(p) once the sums exist
+  /// (allocation_milp.hpp prices thousands of candidates). Seconds are for one
+  /// micro-batch on one GPU.
+  struct PairSums {
+    double attention_s[2] = {0, 0};  ///< [recompute]: A side (attention + router)
+    double routed_s[2] = {0, 0};     ///< [recompute]: all routed experts
+    double other_s[2] = {0, 0};      ///< [recompute]: shared experts + dense FFN
+    double dense_row_bytes = 0;      ///< Σ over dense layers of one row's bytes per token
+    double moe_row_bytes = 0;        ///< Σ over MoE layers of one row's bytes per token
+    double attention_params = 0;     ///< replicated A-side parameters, embedding / head included
+    double ffn_params = 0;           ///< replicated F-side parameters (shared experts, dense FFN)
+  };
+  /// PairSums of each of the p interleaved pairs. Precondition 1 <= p <= layers
+  /// (ConfigError otherwise). O(layers).
+  [[nodiscard]] std::vector<PairSums> pair_sums(int p) const {
+    expect(p >= 1 && p <= m_.layers, "groups", p, "1 <= groups <= layers (" + std::to_string(m_.layers) + ")");
+    std::vector<PairSums> v(static_cast<std::size_t>(p));
+    for (int i = 0; i < p; ++i) {
+      PairSums& s = v[static_cast<std::size_t>(i)];
+      for (int l = i; l < m_.layers; l += p) {
+        for (int rc = 0; rc < 2; ++rc) {
+          s.attention_s[rc] += attention_s_[rc][l];
+          s.routed_s[rc] += routed_s_[rc][l];
+          s.other_s[rc] += other_s_[rc][l];
+        }
+        (m_.is_moe_layer(l) ? s.moe_row_bytes : s.dense_row_bytes) += row_bytes_per_token_[l];
+        s.attention_params += attention_params_[l];
+        s.ffn_params += replicated_ffn_params_[l];
+      }
+      s.attention_params += edge_params(p, i);
+    }
+    return v;
+  }
+  /// StepEstimate::bound_seconds of `x` from `sums` = pair_sums(x.groups), in O(p)
+  /// (the same model as `estimate`, summed pair-first; equal up to rounding).
+  /// Precondition: valid(x) (unchecked: this is the MILP builder's inner loop).
+  [[nodiscard]] double bound_seconds(const Allocation& x, const std::vector<PairSums>& sums) const {
+    const int p = x.groups, ga = group_size(p, x.attention_gpus_per_node), gf = group_size(p, x.ffn_gpus_per_node);
+    const double bw_a = side_bandwidth(p, x.attention_gpus_per_node, x.attention_nics_per_node);
+    const double bw_f = side_bandwidth(p, x.ffn_gpus_per_node, x.ffn_nics_per_node);
+    const double rows = moe_rows(gf), t = double(m_.tokens_per_micro_batch()), mb = micro_batches_;
+    const double share = double((m_.experts + gf - 1) / gf) / m_.experts, gb = grad_bytes();
+    const double ea = all_reduce_edges(ga) / bw_a / mb, ef = all_reduce_edges(gf) / bw_f / mb;
+    double bound = 0;
+    for (const PairSums& s : sums) {
+      const double bytes = 2 * t * (s.dense_row_bytes + s.moe_row_bytes * rows);
+      bound = std::max({bound, s.attention_s[x.recompute] / ga,
+                        s.routed_s[x.recompute] * share + s.other_s[x.recompute] / gf,
+                        bytes / bw_a + ea * ring_all_reduce_bytes(s.attention_params * gb, ga),
+                        bytes / bw_f + ef * ring_all_reduce_bytes(s.ffn_params * gb, gf)});
+    }
+    return bound;
+  }
+
   /// Memory of the largest A and F worker of `x` (in flight as attention_in_flight).
   [[nodiscard]] FitReport memory(const Allocation& x) const {
     const int p = x.groups, ga = group_size(p, x.attention_gpus_per_node), gf = group_size(p, x.ffn_gpus_per_node);
@@ -294,12 +358,12 @@ class AnalyticModel {
     const double bw_a = side_bandwidth(p, x.attention_gpus_per_node, x.attention_nics_per_node);
     const double bw_f = side_bandwidth(p, x.ffn_gpus_per_node, x.ffn_nics_per_node);
     const double latency = c_.nodes == 1 ? c_.intra_node_latency : c_.nic_latency;
-    const double grad_bytes = o_.memory.grad_bytes > 0 ? o_.memory.grad_bytes : bytes_of(m_.dtype);
+    const double grad_bytes = this->grad_bytes();
     const double mb = micro_batches_, rows = moe_rows(gf), t = double(m_.tokens_per_micro_batch());
     const double share = double((m_.experts + gf - 1) / gf) / m_.experts;
-    double bound = 0, busy = 0;
+    double busy = 0;
     for (int i = 0; i < p; ++i) {
-      double ta = 0, tf = 0, bytes = 0, params_a = 0, params_f = 0;
+      double ta = 0, tf = 0, bytes = 0, params_a = edge_params(p, i), params_f = 0;
       for (int l : groups[i]) {
         ta += attention_s_[x.recompute][l];
         tf += routed_s_[x.recompute][l] * share + other_s_[x.recompute][l] / gf;
@@ -308,11 +372,14 @@ class AnalyticModel {
         params_f += replicated_ffn_params_[l];
       }
       const double a = ta / ga, f = tf, na = bytes / bw_a, nf = bytes / bw_f;
-      bound = std::max({bound, a, f, na, nf});
-      // Once per step: ring all-reduce of the replicated gradients, every rank sending
-      // 2(g-1)/g of them over its share of the side's links, amortised per micro-batch.
-      const double ar_a = double(ga) * ring_all_reduce_bytes(params_a * grad_bytes, ga) / bw_a / mb;
-      const double ar_f = double(gf) * ring_all_reduce_bytes(params_f * grad_bytes, gf) / bw_f / mb;
+      // Once per step: ring all-reduce of the replicated gradients (A: attention, norms,
+      // router, embedding / head; F: shared experts, dense FFN), all_reduce_edges ring
+      // edges of 2(g-1)/g of them on the side's links, amortised per micro-batch. This
+      // is the only traffic that differs between the sides: every A↔F byte leaves one
+      // side's NIC and enters the other's (NICs are full duplex), so dispatch + return
+      // load both sides alike.
+      const double ar_a = all_reduce_edges(ga) * ring_all_reduce_bytes(params_a * grad_bytes, ga) / bw_a / mb;
+      const double ar_f = all_reduce_edges(gf) * ring_all_reduce_bytes(params_f * grad_bytes, gf) / bw_f / mb;
       const double pair_busy = std::max({a, f, na + ar_a, nf + ar_f});
       if (pair_busy > busy) {
         busy = pair_busy;
@@ -325,7 +392,7 @@ class AnalyticModel {
       const double per_layer = double(ga) / double(groups[i].size());
       e.round_seconds += per_layer * (a + f + 2 * std::max(na, nf)) + 2 * latency;
     }
-    e.bound_seconds = bound;
+    e.bound_seconds = busy;
     if (busy == e.attention_seconds) e.bottleneck = Bottleneck::kAttention;
     else if (busy == e.ffn_seconds) e.bottleneck = Bottleneck::kFfn;
     else e.bottleneck = Bottleneck::kNetwork;
@@ -356,6 +423,15 @@ class AnalyticModel {
   }
 
  private:
+  [[nodiscard]] double grad_bytes() const { return o_.memory.grad_bytes > 0 ? o_.memory.grad_bytes : bytes_of(m_.dtype); }
+  // A-side parameters of pair i beyond its layers: the input embedding on pair 0, the
+  // final norm and output head on the last layer's pair (as attention_worker_memory).
+  [[nodiscard]] double edge_params(int p, int i) const {
+    const double vd = double(m_.vocab) * m_.hidden;
+    double extra = i == 0 ? vd : 0;
+    if (i == (m_.layers - 1) % p) extra += m_.hidden + ((m_.tied_embeddings && i == 0) ? 0 : vd);
+    return extra;
+  }
   [[nodiscard]] MemoryOptions memory_options(bool rc) const {
     MemoryOptions mo = o_.memory;
     mo.recompute = rc;
