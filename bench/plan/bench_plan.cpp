@@ -1,17 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 // Plans DeepSeek-MoE-16B, GPT-OSS-120B and Qwen3-235B-A22B on h800x128 at 4K-32K and
-// prints, per configuration: the attention share of GPUs, the NIC split, what bounds
-// the step, the predicted throughput, and the planning time of the allocator (MILP
-// seed + local search) next to its peer in the same run, exhaustive enumeration of
-// every allocation with the same model (the MILP's test oracle).
-//   bench_plan [repeats]   (default 3; the median time is printed)
+// prints, per configuration: the GPU split (attention share of the GPUs used, idle
+// GPUs), the NIC split and the NIC bandwidth per GPU of each side, what bounds the
+// step, the predicted throughput, and the planning time of the allocator (MILP seed +
+// local search) next to its peer in the same run, exhaustive enumeration of every
+// allocation with the same model (the MILP's test oracle). Times are the median of
+// `repeats` runs, wall clock and CPU time of the measuring thread
+// (CLOCK_THREAD_CPUTIME_ID: the VM is shared, wall time is noisy).
+// A second table plans the same models with a small global batch, where the
+// once-per-step gradient all-reduce (A side: replicated attention, embedding and head)
+// is a large part of the link time: the only A/F traffic asymmetry of the model.
+//   bench_plan [repeats]   (default 3)
 #include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/spec/presets.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -20,51 +30,107 @@ using namespace disagmoe;
 using namespace disagmoe::plan;
 using Clock = std::chrono::steady_clock;
 
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
+struct Times {
+  double wall_ms = 0, cpu_ms = 0;
+};
+
+// Median wall and median CPU milliseconds of `repeats` calls of f.
 template <class F>
-double median_ms(int repeats, F&& f) {
-  std::vector<double> t;
+Times median_ms(int repeats, F&& f) {
+  std::vector<double> wall, cpu;
   for (int r = 0; r < repeats; ++r) {
+    const double c0 = thread_cpu_ms();
     const auto t0 = Clock::now();
     f();
-    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    wall.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    cpu.push_back(thread_cpu_ms() - c0);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return in ? a + " " + b + " " + c : "unknown";
+}
+
+// Achievable NIC bandwidth per GPU of one side, GB/s (NICs of the side / its GPUs).
+double nic_gbps_per_gpu(int nics, int gpus, const ClusterSpec& c) { return double(nics) * c.nic_bandwidth / gpus / 1e9; }
+
+int mismatches = 0;
+
+void row(const char* name, int seq, int global_batch, int repeats, const ClusterSpec& cluster) {
+  ModelSpec m = model_preset(name);
+  m.seq_len = seq;
+  PlanOptions o;
+  o.global_batch = global_batch;
+  const AdaptiveAllocator alloc(m, cluster, o);
+  Plan p;
+  const Times plan_t = median_ms(repeats, [&] { p = alloc.plan(); });
+  EnumerationResult e;
+  const Times enum_t = median_ms(repeats, [&] { e = enumerate_best_bound(alloc.model()); });
+  const int used = p.attention_gpus + p.ffn_gpus, idle = cluster.gpus() - used;
+  const double a_share = double(p.attention_gpus) / used;
+  const double a_bw = nic_gbps_per_gpu(p.attention_nics, p.attention_gpus, cluster);
+  const double f_bw = nic_gbps_per_gpu(p.ffn_nics, p.ffn_gpus, cluster);
+  std::printf("%-16s %6d %5d %3d %4d %4d %4d %6.1f%% %3d+%d %6.1f %6.1f %5.2fx %-9s %-3s %9.0f %-3s %5ld %4ld %7.2f %7.2f %7.1f %7.1f\n",
+              name, seq, p.global_batch, p.allocation.groups, p.attention_gpus, p.ffn_gpus, idle, 100 * a_share,
+              p.allocation.attention_nics_per_node, p.allocation.ffn_nics_per_node, a_bw, f_bw, f_bw / a_bw,
+              std::string(to_string(p.predicted.bottleneck)).c_str(), p.ffn_roofline.network_bound() ? "yes" : "no",
+              p.predicted.tokens_per_second, p.allocation.recompute ? "on" : "off", p.milp_nodes, p.evaluations,
+              plan_t.wall_ms, plan_t.cpu_ms, enum_t.wall_ms, enum_t.cpu_ms);
+  if (!(std::abs(p.seed_bound_seconds - e.bound_seconds) <= 1e-6 * e.bound_seconds)) {
+    ++mismatches;
+    std::printf("  MISMATCH: MILP seed bound %.9g vs enumeration %.9g (%s)\n", p.seed_bound_seconds, e.bound_seconds,
+                alloc.model().describe_allocation(e.best).c_str());
+  }
+}
+
+void header() {
+  std::printf("%-16s %6s %5s %3s %4s %4s %4s %7s %5s %6s %6s %6s %-9s %-3s %9s %-3s %5s %4s %7s %7s %7s %7s\n", "model",
+              "seq", "batch", "p", "A", "F", "idle", "A share", "NICs", "A GB/s", "F GB/s", "F/A", "bound", "Fnb",
+              "tok/s", "rc", "nodes", "eval", "plan", "plan", "enum", "enum");
+  std::printf("%-16s %6s %5s %3s %4s %4s %4s %7s %5s %6s %6s %6s %-9s %-3s %9s %-3s %5s %4s %7s %7s %7s %7s\n", "", "",
+              "seqs", "", "GPUs", "GPUs", "GPUs", "", "A+F", "/GPU", "/GPU", "", "", "", "", "", "milp", "", "wall ms",
+              "cpu ms", "wall ms", "cpu ms");
 }
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::printf("usage: bench_plan [repeats]\n"
+                "Plans DeepSeek-MoE-16B, GPT-OSS-120B and Qwen3-235B-A22B on h800x128 at 4K-32K (default batch of\n"
+                "4Mi tokens), then with a 64-sequence batch; prints the GPU and NIC split, NIC bandwidth per GPU\n"
+                "of each side, and the planning time (median of `repeats` runs, default 3; wall and thread CPU)\n"
+                "next to exhaustive enumeration. Prints MISMATCH when the MILP seed differs from enumeration and\n"
+                "then exits with status 1.\n");
+    return 0;
+  }
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
   const ClusterSpec cluster = cluster_preset("h800x128");
-  std::printf("cluster %s: %d GPUs, %d NICs; default batch %lld tokens; median of %d runs\n", cluster.name.c_str(),
-              cluster.gpus(), cluster.nics(), static_cast<long long>(kDefaultBatchTokens), repeats);
-  std::printf("%-17s %6s %3s %9s %9s %9s %8s %-9s %8s %10s %6s %5s %9s %9s %6s\n", "model", "seq", "p", "A GPUs",
-              "A share", "F NIC sh", "F NIC/GPU", "bound", "F netbd", "tok/s", "rc", "evals", "plan ms", "enum ms",
-              "ratio");
-  for (const char* name : {"deepseek-moe-16b", "gpt-oss-120b", "qwen3-235b-a22b"}) {
-    for (int seq : {4096, 8192, 16384, 32768}) {
-      ModelSpec m = model_preset(name);
-      m.seq_len = seq;
-      const AdaptiveAllocator alloc(m, cluster);
-      Plan p;
-      const double plan_ms = median_ms(repeats, [&] { p = alloc.plan(); });
-      EnumerationResult e;
-      const double enum_ms = median_ms(repeats, [&] { e = enumerate_best_bound(alloc.model()); });
-      const double a_share = double(p.attention_gpus) / (p.attention_gpus + p.ffn_gpus);
-      const double f_nic_share = double(p.ffn_nics) / (p.attention_nics + p.ffn_nics);
-      // NIC bandwidth per F GPU relative to per A GPU.
-      const double per_gpu = (double(p.ffn_nics) / p.ffn_gpus) / (double(p.attention_nics) / p.attention_gpus);
-      const bool f_net = p.ffn_roofline.network_bound();
-      std::printf("%-17s %6d %3d %9d %8.1f%% %8.1f%% %8.2fx %-9s %8s %10.0f %6s %5ld %9.1f %9.1f %5.2fx\n", name, seq,
-                  p.allocation.groups, p.attention_gpus, 100 * a_share, 100 * f_nic_share, per_gpu,
-                  std::string(to_string(p.predicted.bottleneck)).c_str(), f_net ? "yes" : "no",
-                  p.predicted.tokens_per_second, p.allocation.recompute ? "on" : "off", p.evaluations, plan_ms,
-                  enum_ms, enum_ms / plan_ms);
-      if (!(std::abs(p.seed_bound_seconds - e.bound_seconds) <= 1e-6 * e.bound_seconds))
-        std::printf("  MISMATCH: MILP seed bound %.9g vs enumeration %.9g\n", p.seed_bound_seconds, e.bound_seconds);
-    }
-  }
-  std::printf("A share: attention GPUs / used GPUs. F NIC sh: FFN NICs / used NICs. F NIC/GPU: NIC bandwidth per FFN "
-              "GPU over that per attention GPU. F netbd: FFN intensity below its turning point. ratio: enum ms / plan "
-              "ms.\n");
+  std::printf("cluster %s: %d nodes x %d GPUs, %d NICs of %.0f GB/s per node; median of %d runs; load average %s\n",
+              cluster.name.c_str(), cluster.nodes, cluster.gpus_per_node, cluster.nics_per_node,
+              cluster.nic_bandwidth / 1e9, repeats, load_average().c_str());
+  std::printf("\nDefault batch (%lld tokens per step):\n", static_cast<long long>(kDefaultBatchTokens));
+  header();
+  for (const char* name : {"deepseek-moe-16b", "gpt-oss-120b", "qwen3-235b-a22b"})
+    for (int seq : {4096, 8192, 16384, 32768}) row(name, seq, 0, repeats, cluster);
+  std::printf("\nSmall batch (64 sequences per step: the gradient all-reduce weighs more per micro-batch):\n");
+  header();
+  for (const char* name : {"deepseek-moe-16b", "gpt-oss-120b", "qwen3-235b-a22b"})
+    for (int seq : {4096, 32768}) row(name, seq, 64, repeats, cluster);
+  std::printf("\nA share: attention GPUs / GPUs used. NICs A+F: per node. A, F GB/s/GPU: NIC bandwidth per GPU of the "
+              "side; F/A: their ratio. Fnb: FFN intensity below its turning point (network-bound). nodes: MILP "
+              "branch-and-bound nodes. eval: oracle calls of the local search.\n");
+  std::printf("load average at the end %s; %d mismatches\n", load_average().c_str(), mismatches);
+  return mismatches == 0 ? 0 : 1;
 }

@@ -8,6 +8,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -106,4 +108,65 @@ TEST_CASE("a model that cannot fit: error names the worker type, bytes needed an
   ClusterSpec one = small_cluster(2, 1, 1);
   CHECK_THROWS_WITH_AS((void)AdaptiveAllocator(model_preset("olmoe-1b-7b"), one).plan(),
                        doctest::Contains("room for at least one attention and one FFN group"), ConfigError);
+}
+
+namespace {
+// Smallest bound over the allocations that fit and split a node's NICs evenly.
+double best_even_split(const AnalyticModel& model) {
+  double best = std::numeric_limits<double>::infinity();
+  for_each_allocation(model, [&](const Allocation& x) {
+    if (x.attention_nics_per_node != x.ffn_nics_per_node) return;
+    const StepEstimate e = model.estimate(x);
+    if (e.fits()) best = std::min(best, e.bound_seconds);
+  });
+  return best;
+}
+}  // namespace
+
+TEST_CASE("NIC split: A↔F traffic loads both sides alike; the side with the heavier gradient all-reduce gets more NICs") {
+  // No replicated weights on either side (OLMoE has no shared experts or dense layers;
+  // A groups of one GPU have no all-reduce): the two sides' link times are equal for an
+  // even NIC split — every A↔F byte leaves one side's NIC and enters the other's.
+  {
+    ModelSpec m = model_preset("olmoe-1b-7b");
+    m.seq_len = 1024;
+    const AnalyticModel model(m, small_cluster(4, 8, 8), PlanOptions{64, {}, {}, RecomputePolicy::kOff});
+    long checked = 0;
+    for_each_allocation(model, [&](const Allocation& x) {
+      if (x.attention_nics_per_node != x.ffn_nics_per_node || model.group_size(x.groups, x.attention_gpus_per_node) != 1)
+        return;
+      const StepEstimate e = model.estimate(x);
+      INFO(model.describe_allocation(x));
+      CHECK(e.attention_network_seconds == doctest::Approx(e.ffn_network_seconds).epsilon(1e-12));
+      ++checked;
+    });
+    CHECK(checked > 0);
+  }
+  struct Asym {
+    const char* model;
+    int seq, global_batch, max_groups;
+    bool attention_heavier;
+  };
+  // A heavier: OLMoE at 256 tokens, 8 sequences per step, one pair — the A group of 2
+  // GPUs (one per node) all-reduces attention, embedding and head over the NICs. F
+  // heavier: DeepSeek-MoE-16B, whose shared experts and dense first layer are
+  // replicated over the (larger) F group. Both checked against enumeration, and the
+  // uneven split must beat every even one.
+  for (const Asym& k : {Asym{"olmoe-1b-7b", 256, 8, 1, true}, Asym{"deepseek-moe-16b", 1024, 8, 0, false}}) {
+    ModelSpec m = model_preset(k.model);
+    m.seq_len = k.seq;
+    PlanOptions o{k.global_batch, {}, {}, RecomputePolicy::kOff};
+    o.max_groups = k.max_groups;
+    const AnalyticModel model(m, small_cluster(2, 8, 8), o);
+    const EnumerationResult e = enumerate_best_bound(model);
+    const MilpSeed s = solve_allocation_milp(model);
+    INFO(k.model << ": enumeration " << model.describe_allocation(e.best) << " " << e.bound_seconds << ", MILP "
+                 << model.describe_allocation(s.allocation) << " " << s.bound_seconds);
+    REQUIRE(e.found);
+    REQUIRE(s.found);
+    CHECK(s.bound_seconds == doctest::Approx(e.bound_seconds).epsilon(1e-6));
+    const int more_a = s.allocation.attention_nics_per_node - s.allocation.ffn_nics_per_node;
+    CHECK((k.attention_heavier ? more_a > 0 : more_a < 0));
+    CHECK(best_even_split(model) > 1.02 * e.bound_seconds);
+  }
 }

@@ -28,6 +28,10 @@ struct Plan {
   int attention_nics = 0;                     ///< A NICs in the cluster
   int ffn_gpus = 0;                           ///< F GPUs in the cluster
   int ffn_nics = 0;                           ///< F NICs in the cluster
+  /// Link bandwidth per A GPU, bytes/s (peak): the A NICs of a node × NIC bandwidth /
+  /// the A GPUs of the node; on one node each GPU's intra-node link bandwidth.
+  double attention_bandwidth_per_gpu = 0;
+  double ffn_bandwidth_per_gpu = 0;           ///< the same for an F GPU
   int attention_group_size = 0;               ///< GPUs per A group
   int ffn_group_size = 0;                     ///< GPUs per F group (expert-parallel size)
   std::vector<std::vector<int>> layer_groups; ///< layers of each pair (interleaved)
@@ -76,6 +80,14 @@ struct Plan {
       << (attention_roofline.network_bound() ? "below" : "above") << " its turning point "
       << attention_roofline.turning_point() << ", FFN intensity " << ffn_roofline.intensity << " FLOP/B is "
       << (ffn_roofline.network_bound() ? "below" : "above") << " its " << ffn_roofline.turning_point();
+    s << "; each FFN GPU has " << ffn_bandwidth_per_gpu / 1e9 << " GB/s of network bandwidth against "
+      << attention_bandwidth_per_gpu / 1e9 << " GB/s per attention GPU (" << ffn_bandwidth_per_gpu / attention_bandwidth_per_gpu
+      << "x";
+    if (allocation.attention_nics_per_node + allocation.ffn_nics_per_node > 0)
+      s << ": a node's NICs split " << allocation.attention_nics_per_node << " + " << allocation.ffn_nics_per_node
+        << " between " << allocation.attention_gpus_per_node << " attention and " << allocation.ffn_gpus_per_node
+        << " FFN GPUs";
+    s << ")";
     if (e.ring_bound)
       s << "; only " << e.waves << " waves of micro-batches circulate through the " << layer_groups.size()
         << "-pair ring, too few to hide its round trip, so the step is latency-bound";
@@ -101,6 +113,11 @@ inline Plan make_plan(const AnalyticModel& model, const Allocation& x, const Sea
   p.attention_nics = attention_nics(x, c);
   p.ffn_gpus = ffn_gpus(x, c);
   p.ffn_nics = ffn_nics(x, c);
+  const auto per_gpu = [&](int nics, int gpus) {
+    return c.nodes == 1 ? c.intra_node_bandwidth : double(nics) * c.nic_bandwidth / gpus;
+  };
+  p.attention_bandwidth_per_gpu = per_gpu(x.attention_nics_per_node, x.attention_gpus_per_node);
+  p.ffn_bandwidth_per_gpu = per_gpu(x.ffn_nics_per_node, x.ffn_gpus_per_node);
   p.attention_group_size = model.group_size(x.groups, x.attention_gpus_per_node);
   p.ffn_group_size = model.group_size(x.groups, x.ffn_gpus_per_node);
   p.layer_groups = interleaved_groups(m.layers, x.groups);

@@ -41,8 +41,14 @@ inline io::Json to_json(const Plan& p) {
   j["seq_len"] = p.seq_len;
   j["micro_batch"] = p.micro_batch;
   j["global_batch"] = p.global_batch;
-  j["attention"] = {{"gpus", p.attention_gpus}, {"nics", p.attention_nics}, {"group_size", p.attention_group_size}};
-  j["ffn"] = {{"gpus", p.ffn_gpus}, {"nics", p.ffn_nics}, {"group_size", p.ffn_group_size}};
+  j["attention"] = {{"gpus", p.attention_gpus},
+                    {"nics", p.attention_nics},
+                    {"group_size", p.attention_group_size},
+                    {"bandwidth_per_gpu", p.attention_bandwidth_per_gpu}};
+  j["ffn"] = {{"gpus", p.ffn_gpus},
+              {"nics", p.ffn_nics},
+              {"group_size", p.ffn_group_size},
+              {"bandwidth_per_gpu", p.ffn_bandwidth_per_gpu}};
   j["groups"] = p.allocation.groups;
   j["recompute"] = p.allocation.recompute;
   j["allocation"] = detail::to_json(p.allocation);  // per-node split: what disagmoe-sim --plan reads
