@@ -8,8 +8,10 @@
 // `repeats` runs, wall clock and CPU time of the measuring thread
 // (CLOCK_THREAD_CPUTIME_ID: the VM is shared, wall time is noisy).
 // A second table plans the same models with a small global batch, where the
-// once-per-step gradient all-reduce (A side: replicated attention, embedding and head)
-// is a large part of the link time: the only A/F traffic asymmetry of the model.
+// once-per-step gradient all-reduce (A side: replicated attention, embedding and head;
+// F side: shared experts, dense FFN) weighs more per micro-batch: the only A/F traffic
+// asymmetry of the model. A third plans two models whose attention outweighs their
+// FFN at long sequences, where attention gets more GPUs than FFN.
 //   bench_plan [repeats]   (default 3)
 #include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/spec/presets.hpp>
@@ -17,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -80,11 +83,15 @@ void row(const char* name, int seq, int global_batch, int repeats, const Cluster
   const Times enum_t = median_ms(repeats, [&] { e = enumerate_best_bound(alloc.model()); });
   const int used = p.attention_gpus + p.ffn_gpus, idle = cluster.gpus() - used;
   const double a_share = double(p.attention_gpus) / used;
+  // The attention share compute alone would ask for: A seconds / (A + F seconds) of one
+  // micro-batch through every layer (efficiencies included, no recomputation).
+  const AnalyticModel::PairSums all = alloc.model().pair_sums(1).front();
+  const double compute_share = all.attention_s[0] / (all.attention_s[0] + all.routed_s[0] + all.other_s[0]);
   const double a_bw = nic_gbps_per_gpu(p.attention_nics, p.attention_gpus, cluster);
   const double f_bw = nic_gbps_per_gpu(p.ffn_nics, p.ffn_gpus, cluster);
-  std::printf("%-16s %6d %5d %3d %4d %4d %4d %6.1f%% %3d+%d %6.1f %6.1f %5.2fx %-9s %-3s %9.0f %-3s %5ld %4ld %7.2f %7.2f %7.1f %7.1f\n",
+  std::printf("%-16s %6d %5d %3d %4d %4d %4d %6.1f%% %6.1f%% %3d+%d %6.1f %6.1f %5.2fx %-9s %-3s %9.0f %-3s %5ld %4ld %7.2f %7.2f %7.1f %7.1f\n",
               name, seq, p.global_batch, p.allocation.groups, p.attention_gpus, p.ffn_gpus, idle, 100 * a_share,
-              p.allocation.attention_nics_per_node, p.allocation.ffn_nics_per_node, a_bw, f_bw, f_bw / a_bw,
+              100 * compute_share, p.allocation.attention_nics_per_node, p.allocation.ffn_nics_per_node, a_bw, f_bw, f_bw / a_bw,
               std::string(to_string(p.predicted.bottleneck)).c_str(), p.ffn_roofline.network_bound() ? "yes" : "no",
               p.predicted.tokens_per_second, p.allocation.recompute ? "on" : "off", p.milp_nodes, p.evaluations,
               plan_t.wall_ms, plan_t.cpu_ms, enum_t.wall_ms, enum_t.cpu_ms);
@@ -96,11 +103,11 @@ void row(const char* name, int seq, int global_batch, int repeats, const Cluster
 }
 
 void header() {
-  std::printf("%-16s %6s %5s %3s %4s %4s %4s %7s %5s %6s %6s %6s %-9s %-3s %9s %-3s %5s %4s %7s %7s %7s %7s\n", "model",
-              "seq", "batch", "p", "A", "F", "idle", "A share", "NICs", "A GB/s", "F GB/s", "F/A", "bound", "Fnb",
+  std::printf("%-16s %6s %5s %3s %4s %4s %4s %7s %7s %5s %6s %6s %6s %-9s %-3s %9s %-3s %5s %4s %7s %7s %7s %7s\n", "model",
+              "seq", "batch", "p", "A", "F", "idle", "A share", "A cmp", "NICs", "A GB/s", "F GB/s", "F/A", "bound", "Fnb",
               "tok/s", "rc", "nodes", "eval", "plan", "plan", "enum", "enum");
-  std::printf("%-16s %6s %5s %3s %4s %4s %4s %7s %5s %6s %6s %6s %-9s %-3s %9s %-3s %5s %4s %7s %7s %7s %7s\n", "", "",
-              "seqs", "", "GPUs", "GPUs", "GPUs", "", "A+F", "/GPU", "/GPU", "", "", "", "", "", "milp", "", "wall ms",
+  std::printf("%-16s %6s %5s %3s %4s %4s %4s %7s %7s %5s %6s %6s %6s %-9s %-3s %9s %-3s %5s %4s %7s %7s %7s %7s\n", "", "",
+              "seqs", "", "GPUs", "GPUs", "GPUs", "", "share", "A+F", "/GPU", "/GPU", "", "", "", "", "", "milp", "", "wall ms",
               "cpu ms", "wall ms", "cpu ms");
 }
 }  // namespace
@@ -109,7 +116,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
     std::printf("usage: bench_plan [repeats]\n"
                 "Plans DeepSeek-MoE-16B, GPT-OSS-120B and Qwen3-235B-A22B on h800x128 at 4K-32K (default batch of\n"
-                "4Mi tokens), then with a 64-sequence batch; prints the GPU and NIC split, NIC bandwidth per GPU\n"
+                "4Mi tokens), then with a 64-sequence batch, then Qwen3-30B-A3B and OLMoE-1B-7B at 16K/32K; prints the GPU and NIC split, NIC bandwidth per GPU\n"
                 "of each side, and the planning time (median of `repeats` runs, default 3; wall and thread CPU)\n"
                 "next to exhaustive enumeration. Prints MISMATCH when the MILP seed differs from enumeration and\n"
                 "then exits with status 1.\n");
@@ -128,7 +135,14 @@ int main(int argc, char** argv) {
   header();
   for (const char* name : {"deepseek-moe-16b", "gpt-oss-120b", "qwen3-235b-a22b"})
     for (int seq : {4096, 32768}) row(name, seq, 64, repeats, cluster);
-  std::printf("\nA share: attention GPUs / GPUs used. NICs A+F: per node. A, F GB/s/GPU: NIC bandwidth per GPU of the "
+  std::printf("\nBeyond the issue's grid: models whose attention outweighs their FFN at long sequences (16 Mi-token "
+              "batch where 4 Mi tokens leave too few sequences to fill the pipeline):\n");
+  header();
+  for (const char* name : {"qwen3-30b-a3b", "olmoe-1b-7b"})
+    for (int seq : {16384, 32768})
+      for (int batch : {0, int((std::int64_t{1} << 24) / seq)}) row(name, seq, batch, repeats, cluster);
+  std::printf("\nA share: attention GPUs / GPUs used. A cmp share: the attention share compute alone asks for (A "
+              "seconds / (A + F seconds) per micro-batch, efficiencies included). NICs A+F: per node. A, F GB/s/GPU: NIC bandwidth per GPU of the "
               "side; F/A: their ratio. Fnb: FFN intensity below its turning point (network-bound). nodes: MILP "
               "branch-and-bound nodes. eval: oracle calls of the local search.\n");
   std::printf("load average at the end %s; %d mismatches\n", load_average().c_str(), mismatches);

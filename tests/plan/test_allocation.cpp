@@ -221,3 +221,30 @@ TEST_CASE("MILP formulation: an allocation has a column iff it fits and idles no
     CHECK(checked > 0);
   }
 }
+
+TEST_CASE("F groups whose size does not divide the experts: the busiest GPU (ceil(E/g) experts) is charged") {
+  ModelSpec m = test::tiny_model();  // 4 experts
+  m.seq_len = 64;
+  PlanOptions o;
+  o.global_batch = 16;
+  const AnalyticModel model(m, small_cluster(1, 8, 0), o);
+  REQUIRE(model.valid_ffn(1, 3));       // g = 3 does not divide 4: allowed
+  CHECK_FALSE(model.valid_ffn(1, 5));   // g = 5 > E: an F GPU without an expert
+  const Allocation x{1, 2, 3, 0, 0, false};
+  REQUIRE(model.valid(x));
+  const double peak = small_cluster(1, 8, 0).gpu.peak_flops(m.dtype);
+  double routed = 0, other = 0;
+  for (int l = 0; l < 2; ++l) {
+    const LayerCost lc = layer_cost(m, l);
+    routed += lc.experts.total();
+    other += (lc.shared_experts + lc.dense_ffn).total();
+  }
+  // One of the 3 GPUs holds 2 of the 4 experts: half the routed tokens; shared/dense / 3.
+  CHECK(model.estimate(x).ffn_seconds == doctest::Approx((routed * 2 / 4 + other / 3) / (peak * 0.45)));
+  WorkerLoad w;
+  w.layers = {0, 1};
+  w.ffn_group_size = 3;
+  w.ffn_in_flight = 0;
+  const MemoryOptions mo;
+  CHECK(ffn_worker_memory(m, w, mo).parameters == 2 * (2 * 3.0 * 8 * 6 + 3.0 * 8 * 16 + 3.0 * 8 * 3));
+}

@@ -184,8 +184,15 @@ class AnalyticModel {
     const int g = group_size(p, a);
     return p >= 1 && p <= max_groups() && g >= 1 && g <= micro_batches_;
   }
-  /// True when (p, f) is a usable F side: even split, at least one expert per F GPU.
-  /// Experts need not divide evenly: the busiest GPU holds ceil(E / g) of them.
+  /// True when (p, f) is a usable F side: the F GPUs split evenly into p groups and
+  /// every F GPU of a group holds at least one expert (g <= E). Experts need not divide
+  /// evenly over g: E mod g GPUs hold ceil(E / g) experts, the rest floor(E / g), and the
+  /// model charges the busiest GPU — compute ceil(E/g)/E of the routed tokens
+  /// (ffn_pair_seconds), memory of ceil(E/g) experts (ffn_worker_memory) — while the
+  /// shared experts, dense FFN and activations divide by g and dispatch rows use the
+  /// with-replacement occupancy (expected_distinct_gpus). An uneven g is therefore
+  /// chosen only where it beats the even sizes around it despite its idle expert slots
+  /// (e.g. E = 64, g = 48 computes like g = 32 on the routed experts).
   [[nodiscard]] bool valid_ffn(int p, int f) const {
     const int g = group_size(p, f);
     return p >= 1 && p <= max_groups() && g >= 1 && g <= m_.experts;
