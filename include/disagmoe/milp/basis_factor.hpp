@@ -4,16 +4,27 @@
 /// E_t the identity with column p_t replaced by alpha_t = B_{t-1}^{-1} a_q (Dantzig and
 /// Orchard-Hays' product form of the inverse; see Koberstein, "The dual simplex method,
 /// techniques for a fast and stable implementation", PhD thesis, Paderborn 2005, §5.1).
-/// B_0 is factored by Eigen's dense partial-pivoting LU for small bases and by Eigen's
-/// supernodal SparseLU otherwise; callers refactor after `kMaxUpdates` updates.
-/// SparseLU uses the natural column order: COLAMD's analysis cost more than it saved on
-/// the slack-heavy bases of branch and bound (measured on MIPLIB misc07/gesa2/p0201).
+///
+/// B_0 is factored triangular-first (Suhl and Suhl, "Computing sparse LU factorizations
+/// for large-scale linear programming bases", ORSA J. Computing 2(4), 1990, §2): column
+/// singletons, then row singletons are pivoted without any arithmetic, which permutes
+///
+///     P B Q = [ U1  X12  X13 ]    U1 upper and L3 lower triangular,
+///             [ 0   K    X23 ]    K the remaining "bump";
+///             [ 0   0    L3  ]
+///
+/// only the bump K is factored numerically: by Eigen's dense partial-pivoting LU when it
+/// is small, by Eigen's SparseLU otherwise. Branch-and-bound bases are mostly logicals
+/// and singletons, so K is typically a small fraction of B, and FTRAN skips the columns
+/// of zero entries (sparse right-hand sides stay cheap). Callers refactor after
+/// `kMaxUpdates` updates.
 #pragma once
 
 #include <Eigen/Dense>
 #include <Eigen/SparseCore>
 #include <Eigen/SparseLU>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -24,86 +35,88 @@ class BasisFactor {
  public:
   /// Refactor once this many eta updates have accumulated (stability and speed).
   static constexpr int kMaxUpdates = 64;
-  /// Bases up to this size use a dense LU (cheaper than SparseLU's set-up for tiny m).
-  static constexpr int kDenseMax = 48;
+  /// Bumps up to this size use a dense LU (cheaper than SparseLU's set-up for small k).
+  static constexpr int kDenseMax = 96;
 
-  /// Factors B (m x m) from column-major triplets. Returns false when B is singular.
-  /// O(m^3) dense or roughly O(nnz(L+U)) sparse.
+  /// Factors B (m x m) from triplets (row, column = basis position, value); duplicates
+  /// are summed. Returns false when B is (numerically) singular. O(nnz(B)) for the
+  /// triangular part plus O(k^3) dense or about O(nnz(L+U)) sparse for a bump of size k.
   bool factor(int m, const std::vector<Eigen::Triplet<double>>& triplets) {
     m_ = m;
     etas_.clear();
     eta_start_.assign(1, 0);
     eta_index_.clear();
     eta_value_.clear();
+    col_piv_.clear();
+    row_piv_.clear();
+    bump_row_.clear();
+    bump_col_.clear();
     if (m == 0) return ok_ = true;
-    dense_ = m <= kDenseMax;
-    if (dense_) {
-      Eigen::MatrixXd b = Eigen::MatrixXd::Zero(m, m);
-      for (const auto& t : triplets) b(t.row(), t.col()) += t.value();
-      dlu_.compute(b);
-      // PartialPivLU does not report singularity: check the pivots of U against the scale.
-      const double scale = std::max(1.0, b.cwiseAbs().maxCoeff());
-      const auto& lu = dlu_.matrixLU();
-      for (int i = 0; i < m; ++i)
-        if (!(std::abs(lu(i, i)) > 1e-11 * scale)) return ok_ = false;
-      return ok_ = true;
-    }
-    Eigen::SparseMatrix<double> b(m, m);
-    b.setFromTriplets(triplets.begin(), triplets.end());
-    b.makeCompressed();
-    slu_.analyzePattern(b);
-    slu_.factorize(b);
-    ok_ = slu_.info() == Eigen::Success;
-    return ok_;
+    if (!build_columns(triplets)) return ok_ = false;
+    if (!find_singletons()) return ok_ = false;
+    return ok_ = factor_bump();
   }
 
   int updates() const { return static_cast<int>(etas_.size()); }
+  /// Size of the bump of the last factorisation (for tests and tuning).
+  int bump_size() const { return static_cast<int>(bump_row_.size()); }
 
-  /// Solves B x = b in place. O(solve + nnz(etas)).
+  /// Solves B x = b in place (b indexed by row, x by basis position).
+  /// O(nnz of the columns with nonzero x + bump solve + nnz(etas)).
   void ftran(Eigen::VectorXd& x) const {
     if (m_ == 0) return;
-    if (dense_) {
-      x = dlu_.solve(x);
-    } else {
-      // Eigen's solve permutes in place through a cycle-following loop with a fresh
-      // mask per call; explicit index permutations into a work vector are much cheaper.
-      const auto& pr = slu_.rowsPermutation().indices();
-      const auto& pc = slu_.colsPermutation().indices();
-      work_.resize(m_);
-      for (int i = 0; i < m_; ++i) work_[pr[i]] = x[i];
-      slu_.matrixL().solveInPlace(work_);
-      slu_.matrixU().solveInPlace(work_);
-      for (int i = 0; i < m_; ++i) x[i] = work_[pc[i]];
+    work_ = x;  // w: the right-hand side being reduced, indexed by row
+    // Row-singleton part L3, in pivot order.
+    for (const Pivot& pv : row_piv_) eliminate(pv, x);
+    // Bump.
+    const int k = bump_size();
+    if (k > 0) {
+      bump_rhs_.resize(k);
+      for (int a = 0; a < k; ++a) bump_rhs_[a] = work_[bump_row_[a]];
+      solve_bump(bump_rhs_, false);
+      for (int b = 0; b < k; ++b) {
+        const int c = bump_col_[b];
+        const double xc = bump_rhs_[b];
+        x[c] = xc;
+        if (xc == 0.0) continue;
+        for (int e = cstart_[c]; e < cstart_[c + 1]; ++e) work_[cidx_[e]] -= cval_[e] * xc;
+      }
     }
+    // Column-singleton part U1, in reverse pivot order.
+    for (auto it = col_piv_.rbegin(); it != col_piv_.rend(); ++it) eliminate(*it, x);
     for (std::size_t t = 0; t < etas_.size(); ++t) {
       const int p = etas_[t].pivot;
       const double xp = x[p] / etas_[t].value;
       x[p] = xp;
       if (xp == 0.0) continue;
-      for (int k = eta_start_[t]; k < eta_start_[t + 1]; ++k) x[eta_index_[k]] -= eta_value_[k] * xp;
+      for (int e = eta_start_[t]; e < eta_start_[t + 1]; ++e) x[eta_index_[e]] -= eta_value_[e] * xp;
     }
   }
 
-  /// Solves B^T y = c in place (y^T B = c^T). O(solve + nnz(etas)).
+  /// Solves B^T y = c in place (c indexed by basis position, y by row).
+  /// O(nnz(B) + bump solve + nnz(etas)).
   void btran(Eigen::VectorXd& y) const {
     if (m_ == 0) return;
     for (std::size_t t = etas_.size(); t-- > 0;) {
       const int p = etas_[t].pivot;
       double s = y[p];
-      for (int k = eta_start_[t]; k < eta_start_[t + 1]; ++k) s -= eta_value_[k] * y[eta_index_[k]];
+      for (int e = eta_start_[t]; e < eta_start_[t + 1]; ++e) s -= eta_value_[e] * y[eta_index_[e]];
       y[p] = s / etas_[t].value;
     }
-    if (dense_) {
-      y = dlu_.transpose().solve(y);
-    } else {
-      const auto& pr = slu_.rowsPermutation().indices();
-      const auto& pc = slu_.colsPermutation().indices();
-      work_.resize(m_);
-      for (int i = 0; i < m_; ++i) work_[pc[i]] = y[i];
-      slu_.matrixU().template solveTransposedInPlace<false>(work_);
-      slu_.matrixL().template solveTransposedInPlace<false>(work_);
-      for (int i = 0; i < m_; ++i) y[i] = work_[pr[i]];
+    // B^T is block lower triangular in the order U1, K, L3; every row of the result is
+    // still zero when it is computed, so a full column dot product is exact.
+    work_.setZero(m_);
+    for (const Pivot& pv : col_piv_) work_[pv.row] = (y[pv.col] - col_dot(pv.col)) / pv.value;
+    const int k = bump_size();
+    if (k > 0) {
+      bump_rhs_.resize(k);
+      for (int b = 0; b < k; ++b) bump_rhs_[b] = y[bump_col_[b]] - col_dot(bump_col_[b]);
+      solve_bump(bump_rhs_, true);
+      for (int a = 0; a < k; ++a) work_[bump_row_[a]] = bump_rhs_[a];
     }
+    for (auto it = row_piv_.rbegin(); it != row_piv_.rend(); ++it)
+      work_[it->row] = (y[it->col] - col_dot(it->col)) / it->value;
+    y = work_;
   }
 
   /// Records the basis change at position p with alpha = B^{-1} a_q (before the change).
@@ -123,11 +136,192 @@ class BasisFactor {
     int pivot;
     double value;
   };
+  struct Pivot {
+    int row, col;
+    double value;
+  };
+
+  // Column c of B times the current result (btran).
+  double col_dot(int c) const {
+    double s = 0;
+    for (int e = cstart_[c]; e < cstart_[c + 1]; ++e) s += cval_[e] * work_[cidx_[e]];
+    return s;
+  }
+
+  // x_c = w_r / pivot, then w -= column c * x_c (the pivot row's own entry included:
+  // w_r is not read again).
+  void eliminate(const Pivot& pv, Eigen::VectorXd& x) const {
+    const double xc = work_[pv.row] / pv.value;
+    x[pv.col] = xc;
+    if (xc == 0.0) return;
+    const int c = pv.col;
+    for (int e = cstart_[c]; e < cstart_[c + 1]; ++e) work_[cidx_[e]] -= cval_[e] * xc;
+  }
+
+  bool build_columns(const std::vector<Eigen::Triplet<double>>& triplets) {
+    std::vector<Eigen::Triplet<double>> t(triplets);
+    std::sort(t.begin(), t.end(), [](const auto& a, const auto& b) {
+      return a.col() != b.col() ? a.col() < b.col() : a.row() < b.row();
+    });
+    cstart_.assign(m_ + 1, 0);
+    cidx_.clear();
+    cval_.clear();
+    for (std::size_t e = 0; e < t.size(); ++e) {
+      if (!cidx_.empty() && e > 0 && t[e].col() == t[e - 1].col() && t[e].row() == t[e - 1].row()) {
+        cval_.back() += t[e].value();
+        continue;
+      }
+      cidx_.push_back(t[e].row());
+      cval_.push_back(t[e].value());
+      ++cstart_[t[e].col() + 1];
+    }
+    for (int c = 0; c < m_; ++c) cstart_[c + 1] += cstart_[c];
+    scale_ = 1.0;
+    for (double v : cval_) scale_ = std::max(scale_, std::abs(v));
+    return true;
+  }
+
+  bool acceptable(double pivot) const { return std::abs(pivot) > 1e-11 * scale_; }
+
+  // Column singletons (U1), then row singletons (L3) of what remains; the rest is the bump.
+  bool find_singletons() {
+    // Row-wise pattern of B.
+    std::vector<int> rstart(m_ + 1, 0), rcol(cidx_.size());
+    for (int i : cidx_) ++rstart[i + 1];
+    for (int i = 0; i < m_; ++i) rstart[i + 1] += rstart[i];
+    std::vector<int> fill(rstart.begin(), rstart.end() - 1);
+    for (int c = 0; c < m_; ++c)
+      for (int e = cstart_[c]; e < cstart_[c + 1]; ++e) rcol[fill[cidx_[e]]++] = c;
+    std::vector<char> row_done(m_, 0), col_done(m_, 0);
+    std::vector<int> ccount(m_), stack;
+    for (int c = 0; c < m_; ++c) {
+      ccount[c] = cstart_[c + 1] - cstart_[c];
+      if (ccount[c] == 0) return false;  // structurally singular
+      if (ccount[c] == 1) stack.push_back(c);
+    }
+    while (!stack.empty()) {
+      const int c = stack.back();
+      stack.pop_back();
+      if (col_done[c] || ccount[c] != 1) continue;
+      int r = -1;
+      double v = 0;
+      for (int e = cstart_[c]; e < cstart_[c + 1]; ++e)
+        if (!row_done[cidx_[e]]) r = cidx_[e], v = cval_[e];
+      if (!acceptable(v)) return false;
+      col_piv_.push_back({r, c, v});
+      row_done[r] = col_done[c] = 1;
+      for (int e = rstart[r]; e < rstart[r + 1]; ++e) {
+        const int c2 = rcol[e];
+        if (col_done[c2]) continue;
+        if (--ccount[c2] == 0) return false;
+        if (ccount[c2] == 1) stack.push_back(c2);
+      }
+    }
+    std::vector<int> rcount(m_, 0);
+    for (int c = 0; c < m_; ++c)
+      if (!col_done[c])
+        for (int e = cstart_[c]; e < cstart_[c + 1]; ++e) ++rcount[cidx_[e]];
+    for (int r = 0; r < m_; ++r) {
+      if (row_done[r]) continue;
+      if (rcount[r] == 0) return false;
+      if (rcount[r] == 1) stack.push_back(r);
+    }
+    while (!stack.empty()) {
+      const int r = stack.back();
+      stack.pop_back();
+      if (row_done[r] || rcount[r] != 1) continue;
+      int c = -1;
+      for (int e = rstart[r]; e < rstart[r + 1]; ++e)
+        if (!col_done[rcol[e]]) c = rcol[e];
+      double v = 0;
+      for (int e = cstart_[c]; e < cstart_[c + 1]; ++e)
+        if (cidx_[e] == r) v = cval_[e];
+      if (!acceptable(v)) return false;
+      row_piv_.push_back({r, c, v});
+      row_done[r] = col_done[c] = 1;
+      for (int e = cstart_[c]; e < cstart_[c + 1]; ++e) {
+        const int r2 = cidx_[e];
+        if (row_done[r2]) continue;
+        if (--rcount[r2] == 0) return false;
+        if (rcount[r2] == 1) stack.push_back(r2);
+      }
+    }
+    for (int r = 0; r < m_; ++r)
+      if (!row_done[r]) bump_row_.push_back(r);
+    for (int c = 0; c < m_; ++c)
+      if (!col_done[c]) bump_col_.push_back(c);
+    return bump_row_.size() == bump_col_.size();
+  }
+
+  bool factor_bump() {
+    const int k = bump_size();
+    if (k == 0) return true;
+    std::vector<int> pos(m_, -1);
+    for (int a = 0; a < k; ++a) pos[bump_row_[a]] = a;
+    dense_ = k <= kDenseMax;
+    if (dense_) {
+      Eigen::MatrixXd b = Eigen::MatrixXd::Zero(k, k);
+      for (int j = 0; j < k; ++j) {
+        const int c = bump_col_[j];
+        for (int e = cstart_[c]; e < cstart_[c + 1]; ++e)
+          if (pos[cidx_[e]] >= 0) b(pos[cidx_[e]], j) = cval_[e];
+      }
+      dlu_.compute(b);
+      // PartialPivLU does not report singularity: check the pivots of U against the scale.
+      const auto& lu = dlu_.matrixLU();
+      for (int i = 0; i < k; ++i)
+        if (!acceptable(lu(i, i))) return false;
+      return true;
+    }
+    std::vector<Eigen::Triplet<double>> t;
+    for (int j = 0; j < k; ++j) {
+      const int c = bump_col_[j];
+      for (int e = cstart_[c]; e < cstart_[c + 1]; ++e)
+        if (pos[cidx_[e]] >= 0) t.emplace_back(pos[cidx_[e]], j, cval_[e]);
+    }
+    Eigen::SparseMatrix<double> b(k, k);
+    b.setFromTriplets(t.begin(), t.end());
+    b.makeCompressed();
+    slu_.analyzePattern(b);
+    slu_.factorize(b);
+    return slu_.info() == Eigen::Success;
+  }
+
+  // K z = v (transposed: K^T z = v) in place.
+  void solve_bump(Eigen::VectorXd& v, bool transposed) const {
+    const int k = bump_size();
+    if (dense_) {
+      v = transposed ? Eigen::VectorXd(dlu_.transpose().solve(v)) : Eigen::VectorXd(dlu_.solve(v));
+      return;
+    }
+    // Eigen's solve permutes in place through a cycle-following loop with a fresh
+    // mask per call; explicit index permutations into a work vector are much cheaper.
+    const auto& pr = slu_.rowsPermutation().indices();
+    const auto& pc = slu_.colsPermutation().indices();
+    bump_work_.resize(k);
+    if (!transposed) {
+      for (int i = 0; i < k; ++i) bump_work_[pr[i]] = v[i];
+      slu_.matrixL().solveInPlace(bump_work_);
+      slu_.matrixU().solveInPlace(bump_work_);
+      for (int i = 0; i < k; ++i) v[i] = bump_work_[pc[i]];
+    } else {
+      for (int i = 0; i < k; ++i) bump_work_[pc[i]] = v[i];
+      slu_.matrixU().template solveTransposedInPlace<false>(bump_work_);
+      slu_.matrixL().template solveTransposedInPlace<false>(bump_work_);
+      for (int i = 0; i < k; ++i) v[i] = bump_work_[pr[i]];
+    }
+  }
+
   int m_ = 0;
   bool dense_ = true, ok_ = false;
+  double scale_ = 1.0;
+  std::vector<int> cstart_, cidx_;  // B column-wise, columns = basis positions
+  std::vector<double> cval_;
+  std::vector<Pivot> col_piv_, row_piv_;
+  std::vector<int> bump_row_, bump_col_;
   Eigen::PartialPivLU<Eigen::MatrixXd> dlu_;
   mutable Eigen::SparseLU<Eigen::SparseMatrix<double>, Eigen::NaturalOrdering<int>> slu_;  // transpose() is not const
-  mutable Eigen::VectorXd work_;
+  mutable Eigen::VectorXd work_, bump_rhs_, bump_work_;
   std::vector<Eta> etas_;
   std::vector<int> eta_start_{0};
   std::vector<int> eta_index_;

@@ -532,7 +532,10 @@ class DualSimplex {
         double inf = 0;
         if (v < lb_[k] - primal_tol) inf = lb_[k] - v;
         else if (v > ub_[k] + primal_tol) inf = v - ub_[k];
-        if (inf > 0 && inf * inf > best * weight_[i]) {
+        if (inf <= 0) continue;
+        // A weight that overflowed (tiny pivot) would hide the row forever: reset it.
+        if (!(weight_[i] >= 1e-6 && weight_[i] < 1e30)) weight_[i] = 1.0;
+        if (inf * inf > best * weight_[i]) {
           best = inf * inf / weight_[i];
           r = i;
         }
