@@ -6,8 +6,8 @@
 /// pseudo-cost branching (most fractional until initialised), reduced-cost bound
 /// tightening against the incumbent, a rounding heuristic and diving (the plunges),
 /// warm-started dual simplex re-solves from the parent's basis, objective cutoff inside
-/// the LP, and root Gomory mixed-integer cuts (cuts.hpp). Deterministic: no randomness,
-/// no threads; only the limits depend on the clock.
+/// the LP, and root Gomory mixed-integer and extended knapsack cover cuts (cuts.hpp).
+/// Deterministic: no randomness, no threads; only the limits depend on the clock.
 #pragma once
 
 #include <disagmoe/milp/cuts.hpp>
@@ -94,6 +94,7 @@ class BranchAndBound {
     if (s == LpStatus::kInfeasible) return finish(res, Status::kInfeasible);
     if (s == LpStatus::kUnbounded) return finish(res, Status::kUnbounded);
     if (s == LpStatus::kIterationLimit) throw SolverError("milp: root LP hit the iteration limit");
+    if (opt_.verbose) std::cerr << "milp: root LP bound " << sign_ * lp_.objective() << "\n";
     if (opt_.cut_rounds > 0 && !ints_.empty()) {
       GomoryCuts cuts(p_, lp_, ints_);
       s = cuts.run(opt_.cut_rounds, deadline_);
@@ -101,6 +102,9 @@ class BranchAndBound {
       if (s == LpStatus::kInfeasible) return finish(res, Status::kInfeasible);
     }
     root_bound_ = lp_.objective();
+    if (opt_.verbose)
+      std::cerr << "milp: bound after cuts " << sign_ * root_bound_ << " (" << lp_.num_rows() - p_.num_rows()
+                << " cuts), " << seconds() << " s\n";
     save_root_reduced_costs();
     auto root = std::make_shared<Node>();
     root->bound = root_bound_;

@@ -5,9 +5,11 @@
 /// Annals of OR 149, 2007, eq. (2)). Each round reads the tableau rows of fractional
 /// basic integer columns, complements nonbasic variables to their bounds, forms the GMI
 /// inequality, substitutes the row logicals back and keeps numerically safe, violated
-/// cuts; slack cuts are removed after every round.
+/// cuts; slack cuts are removed after every round. Each round also adds the violated
+/// extended knapsack covers of the original rows (cover_cuts.hpp).
 #pragma once
 
+#include <disagmoe/milp/cover_cuts.hpp>
 #include <disagmoe/milp/problem.hpp>
 #include <disagmoe/milp/simplex.hpp>
 
@@ -21,7 +23,7 @@ namespace disagmoe::milp::detail {
 class GomoryCuts {
  public:
   GomoryCuts(const Problem& p, DualSimplex& lp, const std::vector<int>& ints)
-      : p_(p), lp_(lp), n_(p.num_vars()) {
+      : p_(p), lp_(lp), n_(p.num_vars()), covers_(p) {
     is_int_.assign(n_, 0);
     for (int j : ints) is_int_[j] = 1;
     for (int i = 0; i < p.num_rows(); ++i) {
@@ -92,6 +94,20 @@ class GomoryCuts {
       lp_.add_row(cut.terms, cut.rhs, kInf);
       rows_.push_back(std::move(cut.terms));
       row_int_.push_back(false);
+    }
+    return static_cast<int>(cuts.size()) + add_covers();
+  }
+
+  // Extended covers at the current LP point; their coefficients and right-hand sides
+  // are integral, so their logicals are integer for the next GMI round.
+  int add_covers() {
+    std::vector<double> x(n_), lb(n_), ub(n_);
+    for (int j = 0; j < n_; ++j) x[j] = lp_.value(j), lb[j] = lp_.col_lb(j), ub[j] = lp_.col_ub(j);
+    std::vector<LinearCut> cuts = covers_.separate(x, lb, ub);
+    for (LinearCut& cut : cuts) {
+      lp_.add_row(cut.terms, cut.lo, cut.hi);
+      rows_.push_back(std::move(cut.terms));
+      row_int_.push_back(true);
     }
     return static_cast<int>(cuts.size());
   }
@@ -186,6 +202,7 @@ class GomoryCuts {
   int n_;
   std::vector<char> is_int_, row_int_;
   std::vector<std::vector<std::pair<int, double>>> rows_;
+  CoverSeparator covers_;
 };
 
 }  // namespace disagmoe::milp::detail
