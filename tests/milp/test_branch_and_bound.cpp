@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -29,7 +30,8 @@ void check_against_oracle(const Problem& p, const Result& r, std::uint64_t seed)
   CHECK(r.objective == doctest::Approx(want.objective).epsilon(1e-6).scale(1.0));
   CHECK(p.max_violation(r.solution) <= 1e-6);
   CHECK(p.evaluate(r.solution) == doctest::Approx(r.objective));
-  CHECK(r.gap <= 1e-6 + 1e-9);
+  // The documented stopping rule: |obj - bound| <= rel_gap |obj| or <= abs_gap.
+  CHECK(std::abs(r.objective - r.bound) <= std::max(1e-6 * std::abs(r.objective), 1e-6) + 1e-9);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <disagmoe/milp/cuts.hpp>
+#include <disagmoe/milp/diving.hpp>
 #include <disagmoe/milp/problem.hpp>
 #include <disagmoe/milp/result.hpp>
 #include <disagmoe/milp/simplex.hpp>
@@ -106,6 +107,7 @@ class BranchAndBound {
       std::cerr << "milp: bound after cuts " << sign_ * root_bound_ << " (" << lp_.num_rows() - p_.num_rows()
                 << " cuts), " << seconds() << " s\n";
     save_root_reduced_costs();
+    run_dives();
     auto root = std::make_shared<Node>();
     root->bound = root_bound_;
     root->id = next_id_++;
@@ -336,9 +338,30 @@ class BranchAndBound {
         continue;
       }
       if (opt_.heuristics) simple_rounding(x);
+      // Without an incumbent, dive from every 64th node while diving has cost less than
+      // a fifth of all LP iterations.
+      if (!has_inc_ && nodes_ % 64 == 0 && dive_iterations_ * 5 < lp_.iterations()) run_dives();
       node = branch(node, bv, x[bv], std::max(obj, node->bound));
       parent_obj = std::max(obj, node ? node->bound : obj);
     }
+  }
+
+  // Fractional then coefficient diving from the LP optimum just computed (diving.hpp);
+  // afterwards the LP is back at that optimum with its bounds and basis.
+  void run_dives() {
+    if (!opt_.heuristics || ints_.empty()) return;
+    const std::vector<BasisStatus> basis = lp_.basis();
+    DiveContext ctx{&ints_, &down_locks_, &up_locks_, opt_.integrality_tol, kInf,
+                    std::max(1000L, lp_.iterations() / 4), deadline_};
+    for (const DiveRule rule : {DiveRule::kFractional, DiveRule::kCoefficient}) {
+      ctx.cutoff = cutoff();
+      dive_iterations_ += dive(lp_, ctx, rule, cur_lb_, cur_ub_, [&](const std::vector<double>& x) {
+        if (!try_incumbent(x) && p_.max_violation(x) <= 10 * opt_.feasibility_tol) accept_raw(x);
+      });
+      for (int j : ints_) lp_.set_col_bounds(j, cur_lb_[j], cur_ub_[j]);
+      lp_.set_basis(basis);
+    }
+    lp_.solve(kInf, deadline_);
   }
 
   void accept_raw(const std::vector<double>& x) {
@@ -458,7 +481,7 @@ class BranchAndBound {
   double pc_avg_sum_[2] = {0, 0};
   long pc_avg_cnt_[2] = {0, 0};
   std::priority_queue<NodePtr, std::vector<NodePtr>, NodeOrder> open_;
-  long nodes_ = 0, next_id_ = 0;
+  long nodes_ = 0, next_id_ = 0, dive_iterations_ = 0;
   Status stopped_ = Status::kOptimal;
 };
 
