@@ -50,11 +50,14 @@ TEST_CASE("MILP optimum equals exhaustive enumeration on small clusters") {
     const AnalyticModel model(m, small_cluster(k.nodes, k.gpus, k.nics, k.hbm), PlanOptions{k.global_batch, {}, {}, k.rc});
     const EnumerationResult e = enumerate_best_bound(model);
     const MilpSeed s = solve_allocation_milp(model);
+    const MilpSeed whole = solve_allocation_milp(model, {}, false);  // without the cutoff
     INFO(k.model << " seq " << k.seq << " on " << k.nodes << "x" << k.gpus << " (" << k.nics << " NICs, " << k.hbm
                  << " B): enumeration " << e.bound_seconds << " over " << e.evaluations << ", MILP " << s.bound_seconds);
     REQUIRE(e.found == s.found);
+    REQUIRE(e.found == whole.found);
     if (!e.found) continue;
     CHECK(s.bound_seconds == doctest::Approx(e.bound_seconds).epsilon(1e-6));
+    CHECK(whole.bound_seconds == doctest::Approx(e.bound_seconds).epsilon(1e-6));
     // The decoded allocation is valid, fits and has the MILP's objective as its bound.
     REQUIRE(model.valid(s.allocation));
     const StepEstimate est = model.estimate(s.allocation);

@@ -5,150 +5,371 @@
 /// allocation"), solved by the library's branch and bound (milp/, see
 /// adaptive_allocator.hpp).
 ///
-/// The 1/x terms of the stage time (group sizes Na/p and Nf/p and link capacities
-/// N·c·B_nic/p in denominators) are linearised by selecting among candidates with
-/// binary variables, one binary w_k per candidate allocation k = (p, a, f, c_a, c_f,
-/// recompute) — the disaggregated ("extended") form of the choice, whose LP
-/// relaxation is the convex hull of the candidates (Balas 1979, "Disjunctive
-/// programming", Ann. Discrete Math. 5; Vielma 2015, "Mixed integer linear programming
-/// formulation techniques", SIAM Review 57(1), §3):
+/// The 1/x terms of the stage time (group sizes Na/p and Nf/p and link capacities in
+/// denominators) are linearised by selecting among candidate sizes with binaries, one
+/// per side, each indexed by its own size and by the choices both sides share: p, the
+/// recompute setting r and k, which fixes both sides' links. Across nodes k is the F
+/// NICs per node and the A side gets the other K − k (a NIC left idle only lengthens a
+/// link time, so every NIC is used); on one node, where each side's links are its
+/// GPUs' own, k is the A GPUs per node. With N nodes of G GPUs and K NICs:
 ///
-///     min S                                                      (ms per micro-batch)
-///     Σ_k w_k = 1                                                (one allocation)
-///     Σ_k (a_k + f_k) · w_k <= G                                 (GPUs per node)
-///     Σ_k (c_a,k + c_f,k) · w_k <= K                             (NICs per node; N > 1)
-///     S >= Σ_k T_k · w_k                                         (stage time)
+///     s_{p,a,k,r}: A side, a GPUs per node     t_{p,f,k,r}: F side, f GPUs per node
+///     Σ s = 1;  Σ_a s_{p,a,k,r} = Σ_f t_{p,f,k,r}        ∀ (p, k, r)   (one consistent choice)
+///     Σ_{a >= θ} s_{p,a,k,r} <= Σ_{ρ_f >= θ} t_{p,f,k,r}  ∀ (p, k, r), θ (compatible sizes)
+///     S >= Σ CA_{p,a,r} · s                                             (A compute)
+///     S >= Σ TF_{p,f,k,r} · t                                           (F compute, F links)
+///     S >= Σ LA^i_{p,f,k} · t + Σ RA^i_{p,a,k,r} · s      ∀ pair i      (A links)
+///     min S                                                             (ms per micro-batch)
 ///
-/// T_k = AnalyticModel::bound_seconds(k): the slowest pair's max of A compute, F
-/// compute and each side's link time with its gradient all-reduce — constants per
-/// candidate, so the max of a selected candidate is linear in w. Candidates exist only
-/// where the allocation is structurally valid (AnalyticModel::valid), fits memory on
-/// every worker (the memory rows of a compact formulation, evaluated per candidate
-/// instead: memory depends on (p, a, f, recompute) only) and uses every NIC of a node
-/// (c_a + c_f = K: link times fall as NICs are added, so an allocation that leaves a
-/// NIC idle is dominated by one with the same GPUs that does not). The MILP optimum is
-/// therefore the smallest `StepEstimate::bound_seconds` over all valid allocations that
-/// fit (the exhaustive oracle `enumerate_best_bound`), and its LP relaxation is already
-/// integral: branch and bound closes at the root.
+/// Every coefficient depends on one side's size and the shared (p, k, r) only, and is
+/// the slowest pair's (AnalyticModel::pair_sums): CA = max_i A compute of pair i; TF =
+/// max_i of F compute and F link time (A↔F bytes, which depend on the F group through
+/// the deduplicated rows, + the F group's gradient all-reduce); the A side's link time
+/// is A↔F bytes (an F-side quantity, LA^i) plus its own all-reduce (RA^i), summed per
+/// pair so the rows take the max over pairs of the sum exactly. Only pairs that can be
+/// the largest get a row (detail::link_pairs: usually the pair with the embedding, the
+/// one with the head and one with the most MoE layers); row i holds the i-th of them
+/// for every p. No big-M anywhere.
 ///
-/// An earlier compact form (binaries for p, a|p, f|p and NIC counts, big-M link and
-/// memory rows, one program per recompute setting) had ≈ 120 binaries but a weak LP
-/// bound and took 150–750 branch-and-bound nodes (16–772 ms) on h800x128.
+/// Compatibility: an F size f admits the A sizes 1..ρ_f, ρ_f = min(G − f, â) (GPUs per
+/// node; F memory, whose bytes are static + per micro-batch in flight, min(micro-batches,
+/// 2Na), growing with a, so â is a prefix bound). Nested neighbourhoods make the
+/// cumulative rows the exact, integral description of the compatible pairs (Hall's
+/// condition); aggregated rows (Σ a·s + Σ f·t <= G, Σ a·s <= Σ â·t) let the LP pair sizes
+/// across groups — measured on DeepSeek-MoE-16B and GPT-OSS-120B at 16K on h800x128, the
+/// root gap was 22–28% with them and 11–17% with the cumulative rows (2–5% with a stage
+/// variable per group as well, but twice the rows made each solve slower). A workers are
+/// checked per (p, a, r): a size that does not fit has no binary.
+///
+/// The optimum is the smallest StepEstimate::bound_seconds over all valid allocations
+/// that fit (tests check it against the exhaustive oracle enumerate_best_bound, which
+/// prices every allocation with AnalyticModel::estimate). With `prune`, the builder
+/// first takes the best compatible pair of the groups with the NICs split evenly as a
+/// cutoff (a primal heuristic over 1/(K−1) of the shared choices), bounds S by it and
+/// leaves out the binaries whose own term exceeds it: fewer binaries, same optimum.
 #pragma once
 
 #include <disagmoe/milp/problem.hpp>
 #include <disagmoe/plan/allocation.hpp>
 
+#include <algorithm>
+#include <map>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace disagmoe::plan {
 
+namespace detail {
+/// Pairs whose A link time (A↔F bytes + A-side all-reduce) can be the largest of the
+/// p pairs in `sums`: pair i is dropped when another pair has at least its A↔F bytes
+/// for every row count in [1, top_k] (bytes are linear in the rows, so both ends
+/// decide) and at least its replicated A parameters; of equal pairs the first stays.
+/// O(p²).
+inline std::vector<int> link_pairs(const std::vector<AnalyticModel::PairSums>& sums, double top_k) {
+  const auto at = [](const AnalyticModel::PairSums& u, double rows) { return u.dense_row_bytes + rows * u.moe_row_bytes; };
+  std::vector<int> kept;
+  for (std::size_t i = 0; i < sums.size(); ++i) {
+    bool dominated = false;
+    for (std::size_t j = 0; j < sums.size() && !dominated; ++j) {
+      const AnalyticModel::PairSums &u = sums[i], &v = sums[j];
+      const bool ge = at(v, 1) >= at(u, 1) && at(v, top_k) >= at(u, top_k) && v.attention_params >= u.attention_params;
+      const bool gt = at(v, 1) > at(u, 1) || at(v, top_k) > at(u, top_k) || v.attention_params > u.attention_params;
+      dominated = j != i && ge && (gt || j < i);
+    }
+    if (!dominated) kept.push_back(int(i));
+  }
+  return kept;
+}
+}  // namespace detail
+
 /// The allocation MILP and how its variables map to allocations.
 struct AllocationMilp {
-  milp::Problem problem;            ///< the program (objective: ms per micro-batch)
-  int stage_var = -1;               ///< S
-  std::vector<Allocation> columns;  ///< columns[k]: candidate of binary column_var[k]
-  std::vector<int> column_var;      ///< variable index of w_k
-  std::vector<double> stage_ms;     ///< T_k in ms
+  using Key = std::tuple<int, int, int, bool>;  ///< (p, side size per node, k, recompute)
+  using GroupKey = std::tuple<int, int, bool>;  ///< (p, k, recompute)
+  milp::Problem problem;                        ///< the program (objective: ms per micro-batch)
+  int stage_var = -1;                           ///< S
+  bool multi_node = false;                      ///< k = F NICs per node (else A GPUs per node)
+  int nics_per_node = 0;                        ///< K
+  std::map<Key, int> attention_var;             ///< (p, a, k, r) → s
+  std::map<Key, int> ffn_var;                   ///< (p, f, k, r) → t
 
   /// Scale of the objective: S [ms] = bound_seconds × kMs.
   static constexpr double kMs = 1e3;
 
-  /// The allocation a solution vector selects (the binary read as > 0.5); a default
-  /// Allocation when none is set. O(candidates).
+  /// The shared index k of allocation `a`: F NICs per node across nodes, else A GPUs.
+  [[nodiscard]] int shared_index(const Allocation& a) const {
+    return multi_node ? a.ffn_nics_per_node : a.attention_gpus_per_node;
+  }
+
+  /// The allocation a solution vector selects (binaries read as > 0.5).
   [[nodiscard]] Allocation decode(std::span<const double> x) const {
-    for (std::size_t k = 0; k < columns.size(); ++k)
-      if (x[static_cast<std::size_t>(column_var[k])] > 0.5) return columns[k];
-    return {};
+    Allocation a;
+    int k = 0;
+    for (const auto& [key, j] : attention_var)
+      if (x[static_cast<std::size_t>(j)] > 0.5) std::tie(a.groups, a.attention_gpus_per_node, k, a.recompute) = key;
+    for (const auto& [key, j] : ffn_var)
+      if (x[static_cast<std::size_t>(j)] > 0.5) a.ffn_gpus_per_node = std::get<1>(key);
+    if (multi_node) {
+      a.attention_nics_per_node = nics_per_node - k;
+      a.ffn_nics_per_node = k;
+    }
+    return a;
   }
 
-  /// Index of allocation `a` among the candidates, -1 when it has no column (invalid,
-  /// out of memory, or an idle NIC). O(candidates).
-  [[nodiscard]] int find(const Allocation& a) const {
-    for (std::size_t k = 0; k < columns.size(); ++k)
-      if (columns[k] == a) return int(k);
-    return -1;
+  /// True when allocation `a` has both binaries: valid, its A worker fits, some A size
+  /// fits with its F worker, and (across nodes) it uses every NIC. Whether this `a`
+  /// fits is then up to the memory row.
+  [[nodiscard]] bool represents(const Allocation& a) const {
+    if (multi_node && a.attention_nics_per_node + a.ffn_nics_per_node != nics_per_node) return false;
+    const int k = shared_index(a);
+    return attention_var.count({a.groups, a.attention_gpus_per_node, k, a.recompute}) &&
+           ffn_var.count({a.groups, a.ffn_gpus_per_node, k, a.recompute});
   }
 
-  /// The solution vector of allocation `a` with S = `stage_ms` (for checking the
-  /// formulation against the analytic model); all binaries 0 when `a` has no column.
+  /// The solution vector of allocation `a` with S = `stage` ms (for checking the
+  /// formulation against the analytic model); all binaries 0 unless represents(a).
   [[nodiscard]] std::vector<double> encode(const Allocation& a, double stage) const {
     std::vector<double> x(static_cast<std::size_t>(problem.num_vars()), 0.0);
     x[static_cast<std::size_t>(stage_var)] = stage;
-    if (const int k = find(a); k >= 0) x[static_cast<std::size_t>(column_var[static_cast<std::size_t>(k)])] = 1.0;
+    if (!represents(a)) return x;
+    const int k = shared_index(a);
+    x[static_cast<std::size_t>(attention_var.at({a.groups, a.attention_gpus_per_node, k, a.recompute}))] = 1;
+    x[static_cast<std::size_t>(ffn_var.at({a.groups, a.ffn_gpus_per_node, k, a.recompute}))] = 1;
     return x;
   }
 };
 
-/// Builds the allocation MILP of `model` over the recompute settings its policy
-/// allows (`only_recompute` = 0 or 1 restricts to that setting; -1 = all). Memory is
-/// checked once per (p, a, recompute) for A and per (p, f, recompute) for F, the
-/// stage time of each candidate in O(p) from AnalyticModel::pair_sums.
-/// O(p_max · layers + candidates · p_max).
-inline AllocationMilp build_allocation_milp(const AnalyticModel& model, int only_recompute = -1) {
+/// Builds the allocation MILP of `model` over the recompute settings its policy allows
+/// (`only_recompute` = 0 or 1 restricts to that setting; -1 = all), with the cutoff of
+/// the file comment when `prune`. Coefficients come from AnalyticModel::pair_sums (once
+/// per p) and its memory terms (once per (p, a, r) and (p, f, r)).
+/// O(p_max · layers + binaries · p_max).
+inline AllocationMilp build_allocation_milp(const AnalyticModel& model, int only_recompute = -1, bool prune = false) {
   using milp::kInf;
   using milp::VarType;
   const ClusterSpec& c = model.cluster();
-  const int gpn = c.gpus_per_node, nics = c.nodes == 1 ? 0 : c.nics_per_node;
-  const double cap = model.capacity();
+  const int gpn = c.gpus_per_node;
+  const bool multi = c.nodes > 1;
+  const int nics = multi ? c.nics_per_node : 0;
+  const double cap = model.capacity(), ms = AllocationMilp::kMs, mb = model.micro_batches();
+  const double gb = model.options().memory.grad_bytes > 0 ? model.options().memory.grad_bytes
+                                                          : bytes_of(model.model().dtype);
+  const double tokens = double(model.model().tokens_per_micro_batch());
   AllocationMilp f;
+  f.multi_node = multi;
+  f.nics_per_node = nics;
   milp::Problem& P = f.problem;
   P.set_name("disagmoe_allocation");
   f.stage_var = P.add_var(0, kInf, 1.0, VarType::kContinuous, "S");
 
-  // NIC splits that leave no NIC idle (0 + 0 on one node).
-  std::vector<std::pair<int, int>> nic_splits;
-  if (nics == 0) nic_splits.emplace_back(0, 0);
-  for (int na = 1; na < nics; ++na) nic_splits.emplace_back(na, nics - na);
+  // Candidates of each choice group (p, k, r) with their coefficients (ms), collected
+  // first so that a cutoff can drop those that cannot be optimal before the program is built.
+  struct Side {
+    int size = 0;               // a or f, GPUs per node
+    int reach = 0;              // F: largest A size it admits (GPUs and F memory)
+    double stage = 0;           // CA (A) or TF (F)
+    std::vector<double> link;   // per pair slot: RA (A) or LA (F)
+    int var = -1;
+  };
+  struct Group {
+    std::vector<Side> s, t;
+  };
+  std::map<AllocationMilp::GroupKey, Group> groups;
+  // The A side's link bandwidth for shared index k (p pairs).
+  const auto a_bandwidth = [&](int p, int k) {
+    return multi ? model.side_bandwidth(p, 0, nics - k) : model.side_bandwidth(p, k, 0);
+  };
 
   for (bool rc : model.recompute_choices()) {
     if (only_recompute >= 0 && rc != bool(only_recompute)) continue;
     for (int p = 1; p <= model.max_groups(); ++p) {
-      std::vector<int> as, fs;
+      std::vector<int> as, fs, a_max;
       for (int a = 1; a < gpn; ++a)
         if (model.valid_attention(p, a) && model.attention_memory(p, a, rc).total() <= cap) as.push_back(a);
-      for (int ff = 1; ff < gpn; ++ff)
-        if (model.valid_ffn(p, ff)) fs.push_back(ff);
-      if (as.empty() || fs.empty() || as.front() + fs.front() > gpn) continue;
-      const std::vector<AnalyticModel::PairSums> sums = model.pair_sums(p);
-      for (int ff : fs) {
-        // F memory is static bytes + bytes per micro-batch in flight through the pair.
+      for (int ff = 1; ff < gpn; ++ff) {
+        if (!model.valid_ffn(p, ff) || as.empty() || as.front() + ff > gpn) continue;
+        // Largest A size whose micro-batches in flight the F workers can hold (a prefix:
+        // the bytes grow with min(micro-batches, 2Na)).
+        int top = 0;
         const auto terms = model.ffn_memory_terms(p, ff, rc);
-        for (int a : as) {
-          if (a + ff > gpn) break;
-          const double in_flight = model.pair_in_flight(a);
+        for (int a = 1; a < gpn; ++a) {
           bool fits = true;
-          for (const auto& [fixed, per] : terms) fits = fits && fixed + per * in_flight <= cap;
-          if (!fits) continue;
-          for (const auto& [na, nf] : nic_splits) {
-            const Allocation x{p, a, ff, na, nf, rc};
-            const double t = AllocationMilp::kMs * model.bound_seconds(x, sums);
-            const std::string name = "w_" + std::to_string(f.columns.size());
-            f.column_var.push_back(P.add_var(0, 1, 0, VarType::kBinary, name));
-            f.columns.push_back(x);
-            f.stage_ms.push_back(t);
-          }
+          for (const auto& [fixed, per] : terms) fits = fits && fixed + per * model.pair_in_flight(a) <= cap;
+          if (!fits) break;
+          top = a;
+        }
+        if (top < as.front()) continue;
+        fs.push_back(ff);
+        a_max.push_back(top);
+      }
+      if (fs.empty()) continue;
+      const std::vector<AnalyticModel::PairSums> sums = model.pair_sums(p);
+      const std::vector<int> link_pairs = detail::link_pairs(sums, model.model().top_k);
+      std::vector<int> ks;
+      if (multi)
+        for (int k = 1; k < nics; ++k) ks.push_back(k);
+      else
+        ks = as;
+      for (int k : ks) {
+        Group& g = groups[{p, k, rc}];
+        const double bw_a = a_bandwidth(p, k);
+        for (int a : as) {
+          if (a + fs.front() > gpn || (!multi && a != k)) continue;
+          const int ga = model.group_size(p, a);
+          Side x{a, 0, 0, {}, -1};
+          for (const AnalyticModel::PairSums& q : sums) x.stage = std::max(x.stage, ms * q.attention_s[rc] / ga);
+          const double edges = model.all_reduce_edges(ga) / bw_a / mb;
+          for (int i : link_pairs)
+            x.link.push_back(ms * edges *
+                             ring_all_reduce_bytes(sums[static_cast<std::size_t>(i)].attention_params * gb, ga));
+          g.s.push_back(std::move(x));
+        }
+        for (std::size_t q = 0; q < fs.size(); ++q) {
+          const int ff = fs[q], gf = model.group_size(p, ff);
+          if (!multi && k + ff > gpn) continue;
+          const double bw_f = multi ? model.side_bandwidth(p, 0, k) : model.side_bandwidth(p, ff, 0);
+          const double rows = model.moe_rows(gf);
+          const double share = double((model.model().experts + gf - 1) / gf) / model.model().experts;
+          const double edges = model.all_reduce_edges(gf) / bw_f / mb;
+          const auto bytes = [&](const AnalyticModel::PairSums& u) {
+            return 2 * tokens * (u.dense_row_bytes + u.moe_row_bytes * rows);
+          };
+          Side x{ff, std::min(a_max[q], gpn - ff), 0, {}, -1};
+          for (const AnalyticModel::PairSums& u : sums)
+            x.stage = std::max({x.stage, ms * (u.routed_s[rc] * share + u.other_s[rc] / gf),
+                                ms * (bytes(u) / bw_f + edges * ring_all_reduce_bytes(u.ffn_params * gb, gf))});
+          for (int i : link_pairs) x.link.push_back(ms * bytes(sums[static_cast<std::size_t>(i)]) / bw_a);
+          g.t.push_back(std::move(x));
         }
       }
     }
   }
-  std::vector<double> one(f.columns.size(), 1.0), gpus, nic, stage;
-  for (std::size_t k = 0; k < f.columns.size(); ++k) {
-    const Allocation& x = f.columns[k];
-    gpus.push_back(x.attention_gpus_per_node + x.ffn_gpus_per_node);
-    nic.push_back(x.attention_nics_per_node + x.ffn_nics_per_node);
-    stage.push_back(-f.stage_ms[k]);
+  // A side without a partner in its group cannot be chosen.
+  for (auto it = groups.begin(); it != groups.end();)
+    it = (it->second.s.empty() || it->second.t.empty()) ? groups.erase(it) : std::next(it);
+
+  // Cutoff: the best compatible pair of the groups with the NICs split evenly (a cheap
+  // primal heuristic, O(those pairs · slots)); candidates whose own term exceeds it
+  // cannot be optimal and are left out, and S is bounded by it.
+  if (prune && multi) {
+    double best = kInf;
+    for (const auto& [key, g] : groups) {
+      if (std::get<1>(key) != nics / 2) continue;
+      for (const Side& x : g.s)
+        for (const Side& y : g.t) {
+          if (x.size > y.reach) continue;
+          double v = std::max(x.stage, y.stage);
+          for (std::size_t i = 0; i < x.link.size(); ++i) v = std::max(v, x.link[i] + y.link[i]);
+          best = std::min(best, v);
+        }
+    }
+    if (best < kInf) {
+      const double cut = best * (1 + 1e-9);
+      P.set_bounds(f.stage_var, 0, cut);
+      const auto over = [&](const Side& x) {
+        return x.stage > cut || std::any_of(x.link.begin(), x.link.end(), [&](double v) { return v > cut; });
+      };
+      for (auto it = groups.begin(); it != groups.end();) {
+        Group& g = it->second;
+        std::erase_if(g.s, over);
+        std::erase_if(g.t, over);
+        it = (g.s.empty() || g.t.empty()) ? groups.erase(it) : std::next(it);
+      }
+    }
   }
-  // Σ w = 1 is infeasible (0 = 1) when no candidate fits: the solver reports it.
-  P.add_row(f.column_var, one, 1, 1, "one_allocation");
-  P.add_row(f.column_var, gpus, -kInf, gpn, "gpus_per_node");
-  if (nics > 0) P.add_row(f.column_var, nic, -kInf, nics, "nics_per_node");
-  std::vector<int> idx = f.column_var;
-  idx.push_back(f.stage_var);
-  stage.push_back(1.0);
-  P.add_row(idx, stage, 0, kInf, "stage_time");
+
+  std::vector<int> all_s;
+  for (auto& [key, g] : groups) {
+    const auto [p, k, rc] = key;
+    for (Side& x : g.s) {
+      x.var = P.add_var(0, 1, 0, VarType::kBinary);
+      f.attention_var[{p, x.size, k, rc}] = x.var;
+      all_s.push_back(x.var);
+    }
+    for (Side& y : g.t) {
+      y.var = P.add_var(0, 1, 0, VarType::kBinary);
+      f.ffn_var[{p, y.size, k, rc}] = y.var;
+    }
+  }
+  // Σ s = 1 is infeasible (0 = 1) when no candidate fits: the solver reports it.
+  P.add_row(all_s, std::vector<double>(all_s.size(), 1.0), 1, 1, "one_allocation");
+  // Stage rows S − Σ coef · x >= 0, gathered over all groups (one row per term).
+  const auto concat_sides = [](const std::vector<Side>& a, const std::vector<Side>& b) {
+    std::vector<Side> v = a;
+    v.insert(v.end(), b.begin(), b.end());
+    return v;
+  };
+  std::vector<int> ca_idx, tf_idx;
+  std::vector<double> ca_val, tf_val;
+  std::vector<std::vector<int>> link_idx;
+  std::vector<std::vector<double>> link_val;
+  for (const auto& [key, g] : groups) {
+    // One A size iff one F size, and only compatible pairs (below).
+    std::vector<int> idx;
+    std::vector<double> val;
+    for (const Side& x : g.s) {
+      idx.push_back(x.var);
+      val.push_back(1.0);
+    }
+    for (const Side& y : g.t) {
+      idx.push_back(y.var);
+      val.push_back(-1.0);
+    }
+    P.add_row(idx, val, 0, 0, "consistent");
+    // An F size admits the A sizes 1..reach (GPUs per node: a <= G − f; F memory:
+    // a <= â). With nested reaches, "Σ_{a >= θ} s <= Σ_{reach >= θ} t for every θ"
+    // describes the compatible pairs exactly and integrally (Hall's condition on a
+    // bipartite graph whose neighbourhoods are nested).
+    for (int theta = 2; theta < gpn; ++theta) {
+      std::vector<int> ri;
+      std::vector<double> rv;
+      for (const Side& x : g.s)
+        if (x.size >= theta) {
+          ri.push_back(x.var);
+          rv.push_back(1.0);
+        }
+      if (ri.empty()) continue;
+      bool excludes = false;
+      for (const Side& y : g.t) {
+        if (y.reach >= theta) {
+          ri.push_back(y.var);
+          rv.push_back(-1.0);
+        } else {
+          excludes = true;
+        }
+      }
+      if (excludes) P.add_row(ri, rv, -kInf, 0, "compatible");
+    }
+    for (const Side& x : g.s) {
+      ca_idx.push_back(x.var);
+      ca_val.push_back(-x.stage);
+    }
+    for (const Side& y : g.t) {
+      tf_idx.push_back(y.var);
+      tf_val.push_back(-y.stage);
+    }
+    for (const Side& x : concat_sides(g.s, g.t)) {
+      if (link_idx.size() < x.link.size()) {
+        link_idx.resize(x.link.size());
+        link_val.resize(x.link.size());
+      }
+      for (std::size_t slot = 0; slot < x.link.size(); ++slot)
+        if (x.link[slot] != 0) {
+          link_idx[slot].push_back(x.var);
+          link_val[slot].push_back(-x.link[slot]);
+        }
+    }
+  }
+  const auto stage_row = [&](std::vector<int> idx, std::vector<double> val, const char* name) {
+    idx.push_back(f.stage_var);
+    val.push_back(1.0);
+    P.add_row(idx, val, 0, kInf, name);
+  };
+  stage_row(ca_idx, ca_val, "attention_compute");
+  stage_row(tf_idx, tf_val, "ffn_side");
+  for (std::size_t slot = 0; slot < link_idx.size(); ++slot) stage_row(link_idx[slot], link_val[slot], "attention_links");
   return f;
 }
 
