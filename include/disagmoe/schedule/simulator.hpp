@@ -24,7 +24,6 @@
 #include <array>
 #include <cstdint>
 #include <limits>
-#include <queue>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -126,6 +125,15 @@ inline double capacity(const Schedule& s, int resource) {
   return resource % 4 < 2 ? w.nic_bandwidth : w.nvlink_bandwidth;
 }
 
+// The event engine. Hot data is flat: one 80-byte Node per op (costs, indices and
+// mutable state together, so an event touches one cache line of op data), stream
+// orders concatenated into one array with per-(worker, stream) heads, successors in
+// CSR form, per-resource capacities in an array, and an indexed binary heap that holds
+// at most one entry per op (re-keyed in place when a rate changes) instead of a heap
+// of versioned events, so the queue never grows beyond the ops in flight.
+// Every floating-point expression is the one of the first implementation, evaluated in
+// the same order on the same events, so results are bit-identical to it
+// (tests/schedule/reference_simulator.hpp keeps that implementation as the oracle).
 class Simulator {
  public:
   explicit Simulator(const Schedule& s) : s_(s) {}
@@ -134,47 +142,85 @@ class Simulator {
     validate(s_);
     const std::size_t n = s_.ops.size();
     const std::size_t nw = s_.workers.size();
-    st_.assign(n, {});
+    nodes_.assign(n, {});
     res_.timings.assign(n, {});
     res_.ops = n;
     ws_.assign(nw, {});
     flows_on_.assign(4 * nw, {});
-    // Reverse edges and dep counts.
-    std::vector<int> count(n + 1, 0);
-    for (std::size_t i = 0; i < n; ++i) {
-      st_[i].deps_left = static_cast<int>(s_.ops[i].deps.size());
-      for (int d : s_.ops[i].deps) ++count[static_cast<std::size_t>(d) + 1];
+    cap_.resize(4 * nw);
+    for (std::size_t r = 0; r < 4 * nw; ++r) cap_[r] = capacity(s_, static_cast<int>(r));
+    // Stream orders, concatenated; an op's position is its index in q_.
+    q_.clear();
+    q_.reserve(n);
+    qbeg_.assign(nw * kStreams + 1, 0);
+    head_.assign(nw * kStreams, 0);
+    for (std::size_t w = 0; w < nw; ++w) {
+      const bool unordered = !s_.workers[w].in_order_comm;
+      for (std::size_t k = 0; k < kStreams; ++k) {
+        const std::size_t wk = w * kStreams + k;
+        qbeg_[wk] = head_[wk] = q_.size();
+        for (int id : s_.order[w][k]) {
+          Node& o = nodes_[static_cast<std::size_t>(id)];
+          if (k == 2 && unordered) o.flags |= kUnordered;
+          else o.pos = static_cast<std::int64_t>(q_.size());
+          q_.push_back(id);
+        }
+      }
     }
-    for (std::size_t i = 0; i < n; ++i) count[i + 1] += count[i];
-    succ_start_ = count;
-    succ_.assign(static_cast<std::size_t>(count[n]), 0);
+    qbeg_[nw * kStreams] = q_.size();
+    // Successors (CSR) and dependency counters.
+    succ_start_.assign(n + 1, 0);
+    deps_left_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      deps_left_[i] = static_cast<int>(s_.ops[i].deps.size());
+      for (int d : s_.ops[i].deps) ++succ_start_[static_cast<std::size_t>(d) + 1];
+    }
+    for (std::size_t i = 0; i < n; ++i) succ_start_[i + 1] += succ_start_[i];
+    std::vector<int> fill(succ_start_.begin(), succ_start_.end() - 1);
+    succ_.assign(static_cast<std::size_t>(succ_start_[n]), 0);
     for (std::size_t i = 0; i < n; ++i)
-      for (int d : s_.ops[i].deps) succ_[static_cast<std::size_t>(count[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
+      for (int d : s_.ops[i].deps) succ_[static_cast<std::size_t>(fill[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
+    // Per-op constants.
+    uses_.clear();
     for (std::size_t i = 0; i < n; ++i) {
       const Op& op = s_.ops[i];
-      if (!is_comm(op.kind)) continue;
+      Node& o = nodes_[i];
+      o.worker = op.worker;
+      o.peer = op.peer;
+      o.stream = static_cast<std::uint8_t>(op.stream);
+      o.alloc = op.alloc_bytes;
+      o.release = op.free_bytes;
+      if (!is_comm(op.kind)) {
+        o.seconds = op.seconds;
+        continue;
+      }
+      o.flags |= kComm;
+      if (op.uses_sms) o.flags |= kSms;
       const CommUses cu = comm_uses(s_, op);
       if (cu.empty()) continue;
-      st_[i].uses = static_cast<int>(uses_.size());
+      o.uses = static_cast<int>(uses_.size());
       uses_.push_back(cu);
-      for (const auto& u : cu)
-        expect(capacity(s_, u.resource) > 0, "Schedule.workers[" + std::to_string(u.resource / 4) + "]." +
-               (u.resource % 4 < 2 ? "nic_bandwidth" : "nvlink_bandwidth"), 0.0,
-               "a positive bandwidth: op " + std::to_string(i) + " (" + std::string(to_string(op.kind)) + ") moves bytes over it");
+      for (const auto& u : cu) {
+        if (u.resource % 4 < 2) o.flags |= kRemote;
+        if (cap_[static_cast<std::size_t>(u.resource)] > 0) continue;
+        fail("Schedule.workers[" + std::to_string(u.resource / 4) + "]." +
+                 (u.resource % 4 < 2 ? "nic_bandwidth" : "nvlink_bandwidth"),
+             0.0,
+             "a positive bandwidth: op " + std::to_string(i) + " (" + std::string(to_string(op.kind)) +
+                 ") moves bytes over it");
+      }
     }
-    head_.assign(nw, {0, 0, 0});
+    heap_.clear();
+    hpos_.assign(n, -1);
     for (std::size_t w = 0; w < nw; ++w) {
       for (int k = 0; k < kStreams; ++k) try_start_head(static_cast<int>(w), k);
       if (!s_.workers[w].in_order_comm)
         for (int id : s_.order[w][2]) try_start(id);
     }
-    while (!events_.empty()) {
-      const Event e = events_.top();
-      events_.pop();
-      auto& o = st_[static_cast<std::size_t>(e.op)];
-      if (e.version != o.version || o.state == kDone) continue;
+    while (!heap_.empty()) {
+      const Entry e = pop();
       now_ = e.time;
-      if (o.state == kLatency) begin_flow(e.op);
+      if (nodes_[static_cast<std::size_t>(e.op)].state == kLatency) begin_flow(e.op);
       else finish(e.op);
     }
     return finalize();
@@ -182,98 +228,145 @@ class Simulator {
 
  private:
   enum State : std::uint8_t { kWaiting, kLatency, kRunning, kDone };
-  struct OpState {
-    int deps_left = 0;
+  enum Flag : std::uint8_t { kComm = 1, kSms = 2, kUnordered = 4, kRemote = 8 };
+  struct Node {
+    double seconds = 0;         // compute: time at the worker's full rate
+    double alloc = 0;           // bytes allocated at start / released at end, per GPU
+    double release = 0;
+    double left = 1;            // fraction of work left
+    double rate = 0;            // fraction per second
+    double since = 0;           // time `left` was last updated
+    std::int64_t pos = -1;      // index in q_ (ordered streams), -1 for unordered comm
+    int worker = 0, peer = -1;
+    int uses = -1;              // index into uses_ for comm ops that move bytes
+    std::uint8_t stream = 0, flags = 0;
     State state = kWaiting;
-    std::uint32_t version = 0;
-    double left = 1;      // fraction of work left
-    double rate = 0;      // fraction per second
-    double since = 0;     // time `left` was last updated
-    int uses = -1;        // index into uses_ for comm ops that move bytes
   };
   struct WorkerState {
-    std::vector<int> compute;  // running compute ops
+    std::array<int, kStreams> compute{};  // running compute ops (at most one per compute stream)
+    int ncompute = 0;
     int comm = 0;              // comm ops (latency or flow) touching the worker
     int sm_comm = 0;           // of which use SMs
     double mark = 0;
     WorkerMetrics m;
     double mem = 0;
   };
-  struct Event {
+  // Heap entry: the op's pending event; ties broken by op id (the first
+  // implementation's order).
+  struct Entry {
     double time;
     int op;
-    std::uint32_t version;
-    bool operator>(const Event& o) const { return time > o.time || (time == o.time && op > o.op); }
   };
+  static bool earlier(const Entry& a, const Entry& b) { return a.time < b.time || (a.time == b.time && a.op < b.op); }
 
-  const CommUses& uses_of(int id) const {
-    return uses_[static_cast<std::size_t>(st_[static_cast<std::size_t>(id)].uses)];
+  Node& node(int id) { return nodes_[static_cast<std::size_t>(id)]; }
+  const CommUses& uses_of(const Node& o) const { return uses_[static_cast<std::size_t>(o.uses)]; }
+
+  // ── indexed binary heap ──
+  void place(std::size_t i, const Entry& e) {
+    heap_[i] = e;
+    hpos_[static_cast<std::size_t>(e.op)] = static_cast<int>(i);
+  }
+  void sift_up(std::size_t i, Entry e) {
+    while (i > 0) {
+      const std::size_t parent = (i - 1) / 2;
+      if (!earlier(e, heap_[parent])) break;
+      place(i, heap_[parent]);
+      i = parent;
+    }
+    place(i, e);
+  }
+  void sift_down(std::size_t i, Entry e) {
+    const std::size_t n = heap_.size();
+    for (;;) {
+      std::size_t c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && earlier(heap_[c + 1], heap_[c])) ++c;
+      if (!earlier(heap_[c], e)) break;
+      place(i, heap_[c]);
+      i = c;
+    }
+    place(i, e);
+  }
+  // Schedules (or re-schedules) the op's single pending event at time t.
+  void push(int id, double t) {
+    const Entry e{t, id};
+    const int at = hpos_[static_cast<std::size_t>(id)];
+    if (at < 0) {
+      heap_.push_back(e);
+      sift_up(heap_.size() - 1, e);
+      return;
+    }
+    const auto i = static_cast<std::size_t>(at);
+    if (earlier(e, heap_[i])) sift_up(i, e);
+    else sift_down(i, e);
+  }
+  Entry pop() {
+    const Entry top = heap_.front();
+    hpos_[static_cast<std::size_t>(top.op)] = -1;
+    const Entry last = heap_.back();
+    heap_.pop_back();
+    if (!heap_.empty()) sift_down(0, last);
+    return top;
   }
 
   void touch(int w) {
     auto& k = ws_[static_cast<std::size_t>(w)];
     const double dt = now_ - k.mark;
     if (dt > 0) {
-      if (!k.compute.empty()) k.m.busy_seconds += dt;
+      if (k.ncompute > 0) k.m.busy_seconds += dt;
       if (k.comm > 0) {
         k.m.comm_seconds += dt;
-        if (k.compute.empty()) k.m.exposed_comm_seconds += dt;
+        if (k.ncompute == 0) k.m.exposed_comm_seconds += dt;
       }
     }
     k.mark = now_;
   }
 
-  bool is_head(int id) const {
-    const Op& op = s_.ops[static_cast<std::size_t>(id)];
-    const auto w = static_cast<std::size_t>(op.worker);
-    const auto k = static_cast<std::size_t>(op.stream);
-    if (op.stream == Stream::kComm && !s_.workers[w].in_order_comm) return true;
-    const auto& q = s_.order[w][k];
-    return head_[w][k] < q.size() && q[head_[w][k]] == id;
+  bool is_head(const Node& o) const {
+    return (o.flags & kUnordered) != 0 ||
+           head_[static_cast<std::size_t>(o.worker) * kStreams + o.stream] == static_cast<std::size_t>(o.pos);
   }
 
   void try_start_head(int w, int k) {
-    const auto& q = s_.order[static_cast<std::size_t>(w)][static_cast<std::size_t>(k)];
     if (k == 2 && !s_.workers[static_cast<std::size_t>(w)].in_order_comm) return;
-    const std::size_t h = head_[static_cast<std::size_t>(w)][static_cast<std::size_t>(k)];
-    if (h < q.size()) try_start(q[h]);
+    const std::size_t wk = static_cast<std::size_t>(w) * kStreams + static_cast<std::size_t>(k);
+    if (head_[wk] < qbeg_[wk + 1]) try_start(q_[head_[wk]]);
   }
 
   void try_start(int id) {
-    auto& o = st_[static_cast<std::size_t>(id)];
-    if (o.state != kWaiting || o.deps_left > 0 || !is_head(id)) return;
-    const Op& op = s_.ops[static_cast<std::size_t>(id)];
+    Node& o = node(id);
+    if (deps_left_[static_cast<std::size_t>(id)] > 0 || o.state != kWaiting || !is_head(o)) return;
     res_.timings[static_cast<std::size_t>(id)].start = now_;
-    auto& wk = ws_[static_cast<std::size_t>(op.worker)];
-    wk.mem += op.alloc_bytes;
+    auto& wk = ws_[static_cast<std::size_t>(o.worker)];
+    wk.mem += o.alloc;
     wk.m.peak_activation_bytes = std::max(wk.m.peak_activation_bytes, wk.mem);
-    if (!is_comm(op.kind)) {
-      if (op.seconds <= 0) return instant(id);
-      touch(op.worker);
+    if ((o.flags & kComm) == 0) {
+      if (o.seconds <= 0) return instant(id);
+      touch(o.worker);
       o.state = kRunning;
       o.left = 1;
       o.since = now_;
-      wk.compute.push_back(id);
-      rerate_compute(op.worker);
+      wk.compute[static_cast<std::size_t>(wk.ncompute++)] = id;
+      rerate_compute(o.worker);
       return;
     }
     if (o.uses < 0) return instant(id);
-    touch(op.worker);
+    const bool sms = (o.flags & kSms) != 0;
+    touch(o.worker);
     ++wk.comm;
-    if (op.uses_sms) ++wk.sm_comm;
-    if (op.peer != op.worker) {
-      touch(op.peer);
-      auto& pk = ws_[static_cast<std::size_t>(op.peer)];
+    if (sms) ++wk.sm_comm;
+    if (o.peer != o.worker) {
+      touch(o.peer);
+      auto& pk = ws_[static_cast<std::size_t>(o.peer)];
       ++pk.comm;
-      if (op.uses_sms) ++pk.sm_comm;
+      if (sms) ++pk.sm_comm;
     }
-    if (op.uses_sms) {
-      rerate_compute(op.worker);
-      if (op.peer != op.worker) rerate_compute(op.peer);
+    if (sms) {
+      rerate_compute(o.worker);
+      if (o.peer != o.worker) rerate_compute(o.peer);
     }
-    bool remote = false;
-    for (const auto& u : uses_of(id)) remote = remote || u.resource % 4 < 2;
-    const double lat = remote ? s_.network.nic_latency : s_.network.nvlink_latency;
+    const double lat = (o.flags & kRemote) != 0 ? s_.network.nic_latency : s_.network.nvlink_latency;
     o.state = kLatency;
     push(id, now_ + lat);
   }
@@ -281,39 +374,33 @@ class Simulator {
   // Zero-cost ops finish through the event queue, not recursively, so long chains of
   // them cannot overflow the stack.
   void instant(int id) {
-    st_[static_cast<std::size_t>(id)].state = kRunning;
+    node(id).state = kRunning;
     push(id, now_);
   }
 
-  void push(int id, double t) {
-    auto& o = st_[static_cast<std::size_t>(id)];
-    ++o.version;
-    events_.push({t, id, o.version});
-  }
-
   void begin_flow(int id) {
-    auto& o = st_[static_cast<std::size_t>(id)];
+    Node& o = node(id);
     o.state = kRunning;
     o.left = 1;
     o.since = now_;
-    for (const auto& u : uses_of(id)) flows_on_[static_cast<std::size_t>(u.resource)].push_back(id);
-    rerate_flows(uses_of(id));
+    for (const auto& u : uses_of(o)) flows_on_[static_cast<std::size_t>(u.resource)].push_back(id);
+    rerate_flows(uses_of(o));
   }
 
-  void advance(int id) {
-    auto& o = st_[static_cast<std::size_t>(id)];
+  void advance(Node& o) {
     o.left = std::max(0.0, o.left - o.rate * (now_ - o.since));
     o.since = now_;
   }
 
   void rerate_compute(int w) {
     const auto& k = ws_[static_cast<std::size_t>(w)];
-    const double share = k.compute.empty() ? 0 : 1.0 / static_cast<double>(k.compute.size());
+    const double share = k.ncompute == 0 ? 0 : 1.0 / static_cast<double>(k.ncompute);
     const double slow = k.sm_comm > 0 ? 1.0 - s_.network.comm_sm_fraction : 1.0;
-    for (int id : k.compute) {
-      advance(id);
-      auto& o = st_[static_cast<std::size_t>(id)];
-      const double rate = share * slow / s_.ops[static_cast<std::size_t>(id)].seconds;
+    for (int i = 0; i < k.ncompute; ++i) {
+      const int id = k.compute[static_cast<std::size_t>(i)];
+      Node& o = node(id);
+      advance(o);
+      const double rate = share * slow / o.seconds;
       if (rate == o.rate) continue;  // its pending event is still exact
       o.rate = rate;
       push(id, now_ + o.left / o.rate);
@@ -328,12 +415,12 @@ class Simulator {
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     for (int id : ids) {
-      advance(id);
-      auto& o = st_[static_cast<std::size_t>(id)];
+      Node& o = node(id);
+      advance(o);
       double rate = std::numeric_limits<double>::infinity();
-      for (const auto& u : uses_of(id)) {
-        const double n = static_cast<double>(flows_on_[static_cast<std::size_t>(u.resource)].size());
-        rate = std::min(rate, capacity(s_, u.resource) / (n * u.bytes));
+      for (const auto& u : uses_of(o)) {
+        const auto r = static_cast<std::size_t>(u.resource);
+        rate = std::min(rate, cap_[r] / (static_cast<double>(flows_on_[r].size()) * u.bytes));
       }
       if (rate == o.rate) continue;  // its pending event is still exact
       o.rate = rate;
@@ -342,52 +429,50 @@ class Simulator {
   }
 
   void finish(int id) {
-    auto& o = st_[static_cast<std::size_t>(id)];
+    Node& o = node(id);
     o.state = kDone;
-    ++o.version;
     ++done_;
     res_.timings[static_cast<std::size_t>(id)].end = now_;
-    const Op& op = s_.ops[static_cast<std::size_t>(id)];
-    auto& wk = ws_[static_cast<std::size_t>(op.worker)];
-    wk.mem -= op.free_bytes;
-    if (!is_comm(op.kind)) {
-      auto& c = wk.compute;
-      const auto it = std::find(c.begin(), c.end(), id);
-      if (it != c.end()) {
-        touch(op.worker);
-        c.erase(it);
-        rerate_compute(op.worker);
+    auto& wk = ws_[static_cast<std::size_t>(o.worker)];
+    wk.mem -= o.release;
+    if ((o.flags & kComm) == 0) {
+      int i = 0;
+      while (i < wk.ncompute && wk.compute[static_cast<std::size_t>(i)] != id) ++i;
+      if (i < wk.ncompute) {
+        touch(o.worker);
+        for (; i + 1 < wk.ncompute; ++i) wk.compute[static_cast<std::size_t>(i)] = wk.compute[static_cast<std::size_t>(i) + 1];
+        --wk.ncompute;
+        rerate_compute(o.worker);
       }
     } else if (o.uses >= 0) {
-      touch(op.worker);
+      const bool sms = (o.flags & kSms) != 0;
+      touch(o.worker);
       --wk.comm;
-      if (op.uses_sms) --wk.sm_comm;
-      if (op.peer != op.worker) {
-        touch(op.peer);
-        auto& pk = ws_[static_cast<std::size_t>(op.peer)];
+      if (sms) --wk.sm_comm;
+      if (o.peer != o.worker) {
+        touch(o.peer);
+        auto& pk = ws_[static_cast<std::size_t>(o.peer)];
         --pk.comm;
-        if (op.uses_sms) --pk.sm_comm;
+        if (sms) --pk.sm_comm;
       }
-      for (const auto& u : uses_of(id)) {
+      for (const auto& u : uses_of(o)) {
         auto& f = flows_on_[static_cast<std::size_t>(u.resource)];
-        f.erase(std::remove(f.begin(), f.end(), id), f.end());
+        f.erase(std::find(f.begin(), f.end(), id));
       }
-      rerate_flows(uses_of(id));
-      if (op.uses_sms) {
-        rerate_compute(op.worker);
-        if (op.peer != op.worker) rerate_compute(op.peer);
+      rerate_flows(uses_of(o));
+      if (sms) {
+        rerate_compute(o.worker);
+        if (o.peer != o.worker) rerate_compute(o.peer);
       }
     }
     // Release the stream, then wake dependents.
-    const auto w = static_cast<std::size_t>(op.worker);
-    const auto k = static_cast<std::size_t>(op.stream);
-    if (op.stream != Stream::kComm || s_.workers[w].in_order_comm) {
-      ++head_[w][k];
-      try_start_head(op.worker, static_cast<int>(k));
+    if ((o.flags & kUnordered) == 0) {
+      ++head_[static_cast<std::size_t>(o.worker) * kStreams + o.stream];
+      try_start_head(o.worker, o.stream);
     }
     for (int e = succ_start_[static_cast<std::size_t>(id)]; e < succ_start_[static_cast<std::size_t>(id) + 1]; ++e) {
       const int d = succ_[static_cast<std::size_t>(e)];
-      if (--st_[static_cast<std::size_t>(d)].deps_left == 0) try_start(d);
+      if (--deps_left_[static_cast<std::size_t>(d)] == 0) try_start(d);
     }
   }
 
@@ -405,10 +490,10 @@ class Simulator {
     os << "deadlock: " << (s_.ops.size() - done_) << " of " << s_.ops.size() << " ops never ran";
     int lines = 0;
     auto blocked = [&](int id) {
-      if (st_[static_cast<std::size_t>(id)].state != kWaiting) return;
+      if (node(id).state != kWaiting) return;
       Wait wt{id, {}};
       for (int d : s_.ops[static_cast<std::size_t>(id)].deps)
-        if (st_[static_cast<std::size_t>(d)].state != kDone) wt.waiting_on.push_back(d);
+        if (node(d).state != kDone) wt.waiting_on.push_back(d);
       if (lines++ < 12) {
         os << "\n  " << label(id) << " waits on";
         for (int d : wt.waiting_on) os << ' ' << label(d);
@@ -418,11 +503,11 @@ class Simulator {
     };
     for (std::size_t w = 0; w < s_.workers.size(); ++w)
       for (std::size_t k = 0; k < kStreams; ++k) {
-        const auto& q = s_.order[w][k];
+        const std::size_t wk = w * kStreams + k;
         if (k == 2 && !s_.workers[w].in_order_comm) {
-          for (int id : q) blocked(id);
-        } else if (head_[w][k] < q.size()) {
-          blocked(q[head_[w][k]]);
+          for (int id : s_.order[w][k]) blocked(id);
+        } else if (head_[wk] < qbeg_[wk + 1]) {
+          blocked(q_[head_[wk]]);
         }
       }
     res_.deadlock_report = os.str();
@@ -435,12 +520,11 @@ class Simulator {
     now_ = step;
     res_.step_seconds = step;
     std::vector<double> load(4 * s_.workers.size(), 0.0);
-    for (std::size_t i = 0; i < s_.ops.size(); ++i) {
-      const Op& op = s_.ops[i];
-      if (!is_comm(op.kind)) ws_[static_cast<std::size_t>(op.worker)].m.compute_seconds += op.seconds;
-      if (st_[i].uses >= 0)
-        for (const auto& u : uses_of(static_cast<int>(i)))
-          load[static_cast<std::size_t>(u.resource)] += u.bytes / capacity(s_, u.resource);
+    for (const Node& o : nodes_) {
+      if ((o.flags & kComm) == 0) ws_[static_cast<std::size_t>(o.worker)].m.compute_seconds += o.seconds;
+      if (o.uses >= 0)
+        for (const auto& u : uses_of(o))
+          load[static_cast<std::size_t>(u.resource)] += u.bytes / cap_[static_cast<std::size_t>(u.resource)];
     }
     double gpus = 0, peak = 0;
     for (std::size_t w = 0; w < s_.workers.size(); ++w) {
@@ -471,14 +555,20 @@ class Simulator {
   }
 
   const Schedule& s_;
-  std::vector<OpState> st_;
+  std::vector<Node> nodes_;
   std::vector<WorkerState> ws_;
   std::vector<std::vector<int>> flows_on_;
+  std::vector<double> cap_;
+  std::vector<int> q_;                      // stream orders, concatenated
+  std::vector<std::size_t> qbeg_, head_;    // per (worker, stream): first index, next to run
   std::vector<int> succ_start_, succ_;
+  std::vector<int> deps_left_;              // per op: unfinished dependencies (apart from nodes_:
+                                            // the most frequent random access stays in cache)
   std::vector<int> scratch_;
   std::vector<CommUses> uses_;
-  std::vector<std::array<std::size_t, kStreams>> head_;
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  std::vector<Entry> heap_;
+  std::vector<int> hpos_;                   // per op: index in heap_, -1 when not queued (kept
+                                            // apart from nodes_ so sifting stays in cache)
   double now_ = 0;
   std::size_t done_ = 0;
   SimResult res_;
@@ -489,7 +579,7 @@ class Simulator {
 /// Simulates one step of `s` (see the file comment for the rules). Throws ConfigError
 /// when `s` is malformed (validate) or a comm op needs a link of zero bandwidth; a
 /// schedule that cannot finish is a value: `deadlocked` with a report, not an exception.
-/// O((ops + deps + events) log events); events are O(ops × concurrent flows).
+/// O(ops + deps + events × log(ops in flight)); events are O(ops × concurrent flows).
 inline SimResult simulate(const Schedule& s) { return detail::Simulator(s).run(); }
 
 }  // namespace disagmoe::schedule
