@@ -177,8 +177,10 @@ int main(int argc, char** argv) {
             runs.push_back(ds::simulate_best(n, m, c, cost, knobs, stages, planned));
             continue;
           } catch (const disagmoe::ConfigError& e) {
-            // The planner's analytic model admits splits the simulator's layout does not
-            // (e.g. uneven experts per F GPU): say so and let the simulator search.
+            // Every split the planner emits is a valid simulator layout (uneven experts per
+            // F GPU included: the busiest holds ceil(E / g)); this only fires when the
+            // planned layout cannot run here (e.g. --micro-batches below the A group
+            // count): say so and let the simulator search.
             std::cerr << "disagmoe-sim: the planner's allocation cannot be simulated (" << e.what()
                       << "); searching the A/F split instead\n";
           }

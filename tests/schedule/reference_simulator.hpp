@@ -54,7 +54,8 @@ inline CommUses comm_uses(const Schedule& s, const Op& op) {
     nvl = op.bytes * local;
     nic = op.bytes - nvl;
   }
-  const double scale = double(a.gpus) / b.gpus;  // receiver GPUs get the sender's bytes spread out
+  // Receiver GPUs get the sender's bytes spread out (times the op's imbalance factor).
+  const double scale = double(a.gpus) / b.gpus * op.rx_scale;
   CommUses u;
   if (nic > 0) {
     u.push_back({4 * op.worker + 0, nic});

@@ -124,3 +124,66 @@ TEST_CASE("the simulator is a plan::step_time_oracle: same value as a direct sim
   a.groups = 3;  // 8 A GPUs do not split into 3 groups
   CHECK(std::isinf(oracle.step_seconds(a)));
 }
+
+#include <disagmoe/schedule/simulator.hpp>
+
+TEST_CASE("AF problem: an F group size that does not divide the experts follows the ceil rule") {
+  // Qwen3-235B: 128 experts, top-8. 16 nodes x 5 F GPUs / 16 pairs = F groups of 5:
+  // the busiest GPU holds ceil(128 / 5) = 26 experts (plan::Allocation's rule).
+  auto m = disagmoe::model_preset("qwen3-235b-a22b");
+  m.seq_len = 1024;
+  const auto c = disagmoe::cluster_preset("h800x128");
+  ds::CostOptions o;
+  o.micro_batches = 1;  // one micro-batch: no two ops overlap, op times are exact
+  const ds::AfLayout lay{16, 3, 5, 4, 4};
+  const auto pb = ds::af_problem(m, c, lay, o);
+  REQUIRE(pb.workers[16].gpus == 5);
+  const int ga = 3, l = 7;
+  // By hand: routed expert FLOPs of one micro-batch on each of the 3 A GPUs, 26/128 of
+  // them on the busiest F GPU, at the FFN efficiency. Qwen3 has no shared experts.
+  const auto lc = dp::layer_cost(m, l, {5, true, 0});
+  REQUIRE(m.shared_experts == 0);
+  const double peak = c.gpu.peak_flops(m.dtype) * 0.45;
+  const double by_hand = lc.experts.forward * ga * 26.0 / 128.0 / peak;
+  CHECK(pb.layers[l].expert_fwd == doctest::Approx(by_hand).epsilon(1e-12));
+  CHECK(pb.layers[l].expert_bwd == doctest::Approx(lc.experts.backward_input * ga * 26.0 / 128.0 / peak).epsilon(1e-12));
+  // Rows: the busiest GPU is hit by a token unless all 8 picks miss its 26 experts.
+  double miss = 1;
+  for (int i = 0; i < 8; ++i) miss *= (128.0 - 26 - i) / (128.0 - i);
+  const double mean_rows_per_gpu = dp::expected_distinct_gpus(128, 8, 5) / 5;
+  const double imb = (1 - miss) / mean_rows_per_gpu;
+  CHECK(imb > 1);
+  CHECK(pb.layers[l].ffn_imbalance == doctest::Approx(imb).epsilon(1e-12));
+  CHECK(pb.layers[l].combine_bytes == doctest::Approx(lc.return_bytes * ga / 5.0 * imb).epsilon(1e-12));
+  // State: 26 experts' weights, not 128 / 5.
+  const auto even = ds::af_problem(m, c, {16, 4, 4, 4, 4}, o);  // F groups of 4: 32 experts each
+  CHECK(pb.layers[l].expert_state_bytes / even.layers[l].expert_state_bytes == doctest::Approx(26.0 / 32.0));
+
+  // The plan simulates; its expert forward takes exactly the hand-computed time, and
+  // the F GPU receives imb x the even share of each A GPU's dispatch.
+  ds::PolicyKnobs k;
+  k.af_uses_sms = false;
+  const auto s = ds::build_schedule("afpipe", pb, k);
+  const auto r = ds::simulate(s);
+  REQUIRE_FALSE(r.deadlocked);
+  bool seen = false;
+  for (std::size_t i = 0; i < s.ops.size(); ++i) {
+    const auto& op = s.ops[i];
+    if (op.layer != l || op.backward) continue;
+    if (op.kind == ds::OpKind::kExpertForward) {
+      CHECK(r.timings[i].end - r.timings[i].start == doctest::Approx(by_hand).epsilon(1e-9));
+      seen = true;
+    }
+    if (op.kind == ds::OpKind::kDispatch) {
+      double rx = 0;
+      for (const auto& u : ds::detail::comm_uses(s, op))
+        if (u.resource / 4 == op.peer) rx += u.bytes;
+      CHECK(rx == doctest::Approx(lc.dispatch_bytes * ga / 5.0 * imb).epsilon(1e-12));
+    }
+  }
+  CHECK(seen);
+  // The layout search accepts it as given (no ConfigError, no deadlock).
+  const auto best = ds::simulate_best("afpipe", m, c, o, k, 0, lay);
+  CHECK_FALSE(best.result.deadlocked);
+  CHECK(best.result.step_seconds >= best.result.lower_bound_seconds);
+}

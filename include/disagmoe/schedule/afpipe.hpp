@@ -30,7 +30,8 @@ namespace disagmoe::schedule {
 
 /// The AF-Pipe policy. The problem's workers must be p attention workers and p FFN
 /// workers (roles kAttention / kFfn; pair i = the i-th of each). Layer costs are per GPU
-/// of the side that runs them; `dispatch_bytes` per A-GPU, `combine_bytes` per F-GPU.
+/// of the side that runs them; `dispatch_bytes` per A-GPU, `combine_bytes` per F-GPU
+/// (the busiest F GPU's, with `ffn_imbalance` its share over the mean).
 struct AFPipe {
   using policy_concept = schedule_policy_tag;
   static constexpr std::string_view kName = "afpipe";
@@ -93,7 +94,10 @@ struct AFPipe {
       o.deps = std::move(deps);
       return o;
     };
-    auto comm = [&](OpKind k, int from, int to, int j, int l, double bytes, bool bwd, std::vector<int> deps) {
+    // rx_scale: the F side is represented by its busiest GPU (LayerCost::ffn_imbalance),
+    // so it receives imb × the even share (A→F) and sends imb × the mean (F→A).
+    auto comm = [&](OpKind k, int from, int to, int j, int l, double bytes, bool bwd, std::vector<int> deps,
+                    double rx_scale = 1) {
       Op o;
       o.kind = k;
       o.stream = Stream::kComm;
@@ -102,6 +106,7 @@ struct AFPipe {
       o.micro_batch = j;
       o.layer = l;
       o.bytes = bytes;
+      o.rx_scale = rx_scale;
       o.backward = bwd;
       o.uses_sms = m2n_uses_sms;
       o.deps = std::move(deps);
@@ -128,15 +133,17 @@ struct AFPipe {
                                     : ai;
             continue;
           }
-          const int di = comm(OpKind::kDispatch, A(l), F(l), j, l, c.dispatch_bytes, false, {ai});
+          const double imb = c.ffn_imbalance;
+          const int di = comm(OpKind::kDispatch, A(l), F(l), j, l, c.dispatch_bytes, false, {ai}, imb);
           Op ex = compute(OpKind::kExpertForward, F(l), Stream::kForward, j, l, c.expert_fwd, {di});
           ex.alloc_bytes = c.expert_activation_bytes;
           const int ei = s.add(std::move(ex));
           exp_f[idx(j, l)] = ei;
           if (!last && fuse_combine_dispatch) {
-            arrive[idx(j, l)] = comm(OpKind::kCombineDispatch, F(l), A(l + 1), j, l, c.combine_bytes, false, {ei});
+            arrive[idx(j, l)] =
+                comm(OpKind::kCombineDispatch, F(l), A(l + 1), j, l, c.combine_bytes, false, {ei}, 1 / imb);
           } else {
-            const int ri = comm(OpKind::kReturn, F(l), A(l), j, l, c.combine_bytes, false, {ei});
+            const int ri = comm(OpKind::kReturn, F(l), A(l), j, l, c.combine_bytes, false, {ei}, 1 / imb);
             arrive[idx(j, l)] = (!last && A(l + 1) != A(l))
                                     ? comm(OpKind::kSend, A(l), A(l + 1), j, l, c.hidden_bytes, false, {ri})
                                     : ri;
@@ -153,21 +160,26 @@ struct AFPipe {
           const int src = last ? arrive[idx(j, l)] : grad_out[idx(j, l + 1)];
           int at_a = -1;  // gradient present on A(l) for the attention backward
           if (c.moe) {
+            // Gradients retrace the forward path: A GPUs send the mean F GPU's rows
+            // (combine_bytes / imb spread back), the busiest F GPU returns imb × the mean.
+            const double imb = c.ffn_imbalance;
             int to_f;
             if (!last && fuse_combine_dispatch) {
-              to_f = comm(OpKind::kCombineDispatch, A(l + 1), F(l), j, l, c.combine_bytes * gpus(F(l)) / gpus(A(l + 1)),
-                          true, {src});
+              to_f = comm(OpKind::kCombineDispatch, A(l + 1), F(l), j, l,
+                          c.combine_bytes / imb * gpus(F(l)) / gpus(A(l + 1)), true, {src}, imb);
             } else {
               int at_al = src;
               if (!last && A(l + 1) != A(l)) at_al = comm(OpKind::kSend, A(l + 1), A(l), j, l, c.hidden_bytes, true, {src});
-              to_f = comm(OpKind::kDispatch, A(l), F(l), j, l, c.combine_bytes * gpus(F(l)) / gpus(A(l)), true, {at_al});
+              to_f = comm(OpKind::kDispatch, A(l), F(l), j, l, c.combine_bytes / imb * gpus(F(l)) / gpus(A(l)), true,
+                          {at_al}, imb);
             }
             const int eb = s.add(compute(OpKind::kExpertBackwardInput, F(l), Stream::kBackward, j, l, c.expert_bwd,
                                          {to_f, exp_f[idx(j, l)]}));
             Op ew = compute(OpKind::kExpertBackwardWeight, F(l), Stream::kBackward, j, l, c.expert_wgrad, {eb});
             ew.free_bytes = c.expert_activation_bytes;
             const int ewi = s.add(std::move(ew));
-            at_a = comm(OpKind::kReturn, F(l), A(l), j, l, c.dispatch_bytes * gpus(A(l)) / gpus(F(l)), true, {eb});
+            at_a = comm(OpKind::kReturn, F(l), A(l), j, l, c.dispatch_bytes * imb * gpus(A(l)) / gpus(F(l)), true, {eb},
+                        1 / imb);
             if (j + 1 == m && c.expert_grad_bytes > 0)
               comm(OpKind::kAllReduce, F(l), F(l), -1, l, c.expert_grad_bytes, true, {ewi});
           } else {

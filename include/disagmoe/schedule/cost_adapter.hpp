@@ -92,6 +92,37 @@ inline void add_recompute(LayerCost& x, const CostOptions& o) {
   x.expert_bwd += x.expert_fwd;
 }
 
+// The busiest GPU of an F group of `g` when the E experts of a layer do not split
+// evenly: it holds ceil(E / g) of them (plan/allocation.hpp's rule). Under uniform
+// routing its token-expert pairs, hence its expert FLOPs, are ceil(E/g)/E of the layer's
+// (`compute` is that over the even share 1/g), and with deduplicated dispatch it
+// receives a row from a token with probability 1 − C(E − c, k)/C(E, k) (the occupancy
+// argument of plan::expected_distinct_gpus, for one GPU holding c experts; k·c/E rows
+// without dedup). `rows(mean_rows)` is that over the mean rows per GPU, mean_rows / g.
+// Both are exactly 1 when g divides E.
+struct FfnShare {
+  int experts = 1;       ///< ceil(E / g)
+  double compute = 1;    ///< busiest GPU's expert work over the mean
+  bool even = true;
+  double hit = 0;        ///< rows per token the busiest GPU receives
+  int g = 1;
+  FfnShare(const ModelSpec& m, int group, bool dedup) : g(group) {
+    experts = (m.experts + g - 1) / g;
+    even = m.experts % g == 0;
+    compute = even ? 1.0 : double(experts) * g / m.experts;
+    if (dedup) {
+      double miss = 1;
+      for (int i = 0; i < m.top_k; ++i) miss *= std::max(0, m.experts - experts - i) / double(m.experts - i);
+      hit = 1 - miss;
+    } else {
+      hit = double(m.top_k) * experts / m.experts;
+    }
+  }
+  // (Clamped at 1: the planner's mean for uneven splits is the with-replacement
+  // approximation, which could exceed the exact busiest-GPU figure in corner cases.)
+  [[nodiscard]] double rows(double mean_rows) const { return even ? 1.0 : std::max(1.0, hit * g / mean_rows); }
+};
+
 inline double model_flops_per_sequence_batch(const ModelSpec& m) {
   return plan::model_layer_flops(m).total() + plan::head_flops(m).total();
 }
@@ -180,8 +211,12 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
 /// one pipeline micro-batch is one micro-batch on every GPU of an A group (the
 /// planner's "wave"), so per-F-GPU expert work and per-F-GPU return bytes scale with
 /// M/N (A group size over F group size). Dense layers' FFN runs on the F side
-/// (plan/cost_model.hpp's split), reached by a one-row dispatch. Throws ConfigError
-/// for a layout that does not split the cluster evenly. O(layers).
+/// (plan/cost_model.hpp's split), reached by a one-row dispatch. The F group size need
+/// not divide the experts: as in plan::Allocation the busiest F GPU holds ceil(E / gf)
+/// of them and stands for its group — its expert time, state, activations and the rows
+/// it receives and returns follow that share (LayerCost::ffn_imbalance). Throws
+/// ConfigError for a layout that does not split the cluster evenly or has more F GPUs
+/// per group than experts. O(layers).
 inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay, const CostOptions& o = {}) {
   validate(m);
   validate(c);
@@ -193,8 +228,8 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
          "a positive divisor of both A GPUs (" + std::to_string(c.nodes * a) + ") and F GPUs (" +
              std::to_string(c.nodes * f) + ")");
   const int ga = c.nodes * a / pg, gf = c.nodes * f / pg;
-  expect(m.experts % gf == 0, "ffn_gpus_per_node", f,
-         "an F group size (" + std::to_string(gf) + ") that divides experts (" + std::to_string(m.experts) + ")");
+  expect(gf <= m.experts, "ffn_gpus_per_node", f,
+         "an F group size (" + std::to_string(gf) + ") of at most experts (" + std::to_string(m.experts) + ")");
   if (c.nodes > 1)
     expect(lay.attention_nics_per_node >= 1 && lay.ffn_nics_per_node >= 1 &&
                lay.attention_nics_per_node + lay.ffn_nics_per_node <= c.nics_per_node,
@@ -221,20 +256,26 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
   const double eb = bytes_of(m.dtype), t = double(m.tokens_per_micro_batch());
   const double gb = o.memory.grad_bytes > 0 ? o.memory.grad_bytes : eb;
   const double scale = double(ga) / gf;  // F work per F GPU per A-GPU micro-batch
+  const detail::FfnShare busiest(m, gf, o.dedup);
   for (int l = 0; l < m.layers; ++l) {
     const plan::LayerCost lc = plan::layer_cost(m, l, d);
     LayerCost x;
     x.moe = true;  // every layer has an F part (experts or the dense FFN)
-    const plan::PassFlops as = lc.attention_side(), fs = lc.ffn_side();
+    const plan::PassFlops as = lc.attention_side(), rs = lc.experts, os = lc.shared_experts + lc.dense_ffn;
     x.attn_fwd = detail::flops_seconds(as.forward, c, m.dtype, o.efficiency.attention);
     x.attn_bwd = detail::flops_seconds(as.backward_input, c, m.dtype, o.efficiency.attention);
     x.attn_wgrad = detail::flops_seconds(as.backward_weight, c, m.dtype, o.efficiency.attention);
-    x.expert_fwd = detail::flops_seconds(fs.forward * scale, c, m.dtype, o.efficiency.ffn);
-    x.expert_bwd = detail::flops_seconds(fs.backward_input * scale, c, m.dtype, o.efficiency.ffn);
-    x.expert_wgrad = detail::flops_seconds(fs.backward_weight * scale, c, m.dtype, o.efficiency.ffn);
+    // The busiest F GPU: routed experts × ga·ceil(E/gf)/E, shared/dense FFN × ga/gf.
+    const double routed = scale * busiest.compute;
+    x.expert_fwd = detail::flops_seconds(rs.forward * routed + os.forward * scale, c, m.dtype, o.efficiency.ffn);
+    x.expert_bwd =
+        detail::flops_seconds(rs.backward_input * routed + os.backward_input * scale, c, m.dtype, o.efficiency.ffn);
+    x.expert_wgrad =
+        detail::flops_seconds(rs.backward_weight * routed + os.backward_weight * scale, c, m.dtype, o.efficiency.ffn);
     detail::add_recompute(x, o);
+    x.ffn_imbalance = lc.moe ? busiest.rows(plan::dispatch_rows_per_token(m, l, d)) : 1.0;
     x.dispatch_bytes = lc.dispatch_bytes;
-    x.combine_bytes = lc.return_bytes * scale;
+    x.combine_bytes = lc.return_bytes * scale * x.ffn_imbalance;
     x.hidden_bytes = t * m.hidden * eb;
     x.attn_grad_bytes = plan::attention_grad_all_reduce_bytes(m, l, ga, o.memory.grad_bytes);
     double replicated = lc.moe ? double(m.shared_experts) * double(gated_ffn_params(m, m.shared_expert_ffn))
@@ -243,16 +284,19 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
     {
       const plan::MemoryBytes as = plan::state_bytes(m, double(plan::attention_side_params(m, l)), ga, o.memory);
       double ffn = double(plan::ffn_side_params(m, l));
-      if (lc.moe) {
-        const double routed = double(m.experts) * double(expert_params(m));
-        ffn = ffn - routed + routed / gf;
+      if (lc.moe) {  // the busiest F GPU holds ceil(E / gf) experts (plan/layer_assignment.hpp)
+        const double all = double(m.experts) * double(expert_params(m));
+        ffn = ffn - all + double(busiest.experts) * double(expert_params(m));
       }
       const plan::MemoryBytes fs = plan::state_bytes(m, ffn, gf, o.memory);
       x.attn_state_bytes = as.parameters + as.gradients + as.optimizer;
       x.expert_state_bytes = fs.parameters + fs.gradients + fs.optimizer;
     }
     x.attn_activation_bytes = plan::attention_activation_bytes(m, l, o.memory);
-    x.expert_activation_bytes = plan::ffn_activation_bytes(m, l, o.memory, d) * scale;
+    // Activations follow the busiest GPU's routed token-expert pairs (conservatively
+    // applied to shared experts as well; factor 1 when gf divides E).
+    x.expert_activation_bytes =
+        plan::ffn_activation_bytes(m, l, o.memory, d) * scale * (lc.moe ? busiest.compute : 1.0);
     p.layers.push_back(x);
   }
   p.tokens_per_micro_batch = t * ga;

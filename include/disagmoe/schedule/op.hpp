@@ -123,6 +123,11 @@ struct Op {
   bool uses_sms = false;   ///< comm kernel occupies SMs: compute on both ends slows down
   double seconds = 0;      ///< compute: time at the worker's full rate; comm: 0
   double bytes = 0;        ///< comm: bytes sent per GPU of `worker`
+  /// comm: each GPU of `peer` receives bytes × worker GPUs / peer GPUs × rx_scale. 1 for
+  /// an even spread; > 1 when the representative receiving GPU is its group's busiest
+  /// (an F group whose size does not divide the experts: the GPU with ceil(E / g) of
+  /// them), < 1 when the representative sender is (it sends more than the mean).
+  double rx_scale = 1;
   double alloc_bytes = 0;  ///< per GPU, allocated when the op starts (stored activations)
   double free_bytes = 0;   ///< per GPU, released when the op ends
   std::vector<int> deps;   ///< ids of ops that must finish before this op starts
@@ -207,6 +212,8 @@ inline void validate(const Schedule& s) {
     check(seen[static_cast<std::size_t>(i)] == 1, [&] { return f(""); }, i, "an op listed in its stream's order");
     check(op.seconds >= 0 && op.bytes >= 0 && op.alloc_bytes >= 0 && op.free_bytes >= 0,
           [&] { return f(".seconds"); }, op.seconds, "non-negative costs");
+    check(op.rx_scale > 0 && op.rx_scale < 1e300, [&] { return f(".rx_scale"); }, op.rx_scale,
+          "a positive finite factor");
     if (is_comm(op.kind)) {
       check(op.peer >= 0 && op.peer < nw, [&] { return f(".peer"); }, op.peer, worker_below);
       check(op.stream == Stream::kComm, [&] { return f(".stream"); }, to_string(op.stream), "comm for a comm op");

@@ -25,6 +25,10 @@ struct LayerCost {
   double expert_wgrad = 0;        ///< s, expert weight-gradient backward
   double dispatch_bytes = 0;      ///< bytes sent per attention-side GPU to the experts
   double combine_bytes = 0;       ///< bytes sent per expert-side GPU back towards attention
+                                  ///< (its busiest GPU when ffn_imbalance > 1)
+  /// Busiest expert-side GPU's share of the layer's A↔F rows over the mean share (>= 1;
+  /// 1 when the experts split evenly): it receives and returns this × the mean rows.
+  double ffn_imbalance = 1;
   double hidden_bytes = 0;        ///< bytes of the residual stream per GPU (pipeline hand-off)
   double attn_grad_bytes = 0;     ///< per GPU, DP all-reduce volume of attention grads (0: none)
   double expert_grad_bytes = 0;   ///< per GPU, all-reduce volume of expert grads (0: none)
@@ -59,6 +63,8 @@ inline void validate(const Problem& p) {
                         l.expert_state_bytes};
     for (double x : v)
       expect(x >= 0 && x < 1e300, "Problem.layers[" + std::to_string(i) + "]", x, "finite non-negative costs");
+    expect(l.ffn_imbalance >= 1 && l.ffn_imbalance < 1e300, "Problem.layers[" + std::to_string(i) + "].ffn_imbalance",
+           l.ffn_imbalance, "a finite factor >= 1");
   }
 }
 
