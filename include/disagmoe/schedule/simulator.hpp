@@ -147,7 +147,8 @@ class Simulator {
     res_.timings.assign(n, {});
     res_.ops = n;
     ws_.assign(nw, {});
-    flows_on_.assign(4 * nw, {});
+    flows_on_.resize(4 * nw);
+    for (auto& f : flows_on_) f.clear();
     cap_.resize(4 * nw);
     for (std::size_t r = 0; r < 4 * nw; ++r) cap_[r] = capacity(s_, static_cast<int>(r));
     // Stream orders, concatenated; an op's position is its index in q_.
@@ -177,10 +178,10 @@ class Simulator {
       for (int d : s_.ops[i].deps) ++succ_start_[static_cast<std::size_t>(d) + 1];
     }
     for (std::size_t i = 0; i < n; ++i) succ_start_[i + 1] += succ_start_[i];
-    std::vector<int> fill(succ_start_.begin(), succ_start_.end() - 1);
-    succ_.assign(static_cast<std::size_t>(succ_start_[n]), 0);
+    fill_.assign(succ_start_.begin(), succ_start_.end() - 1);
+    succ_.resize(static_cast<std::size_t>(succ_start_[n]));
     for (std::size_t i = 0; i < n; ++i)
-      for (int d : s_.ops[i].deps) succ_[static_cast<std::size_t>(fill[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
+      for (int d : s_.ops[i].deps) succ_[static_cast<std::size_t>(fill_[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
     // Per-op constants.
     uses_.clear();
     for (std::size_t i = 0; i < n; ++i) {
@@ -224,7 +225,9 @@ class Simulator {
       if (nodes_[static_cast<std::size_t>(e.op)].state == kLatency) begin_flow(e.op);
       else finish(e.op);
     }
-    return finalize();
+    SimResult r = finalize();
+    release_if_large();
+    return r;
   }
 
  private:
@@ -555,21 +558,54 @@ class Simulator {
     return std::move(res_);
   }
 
+  // Scratch arrays, kept per thread between calls: a search simulates hundreds of
+  // schedules in a row, and fresh multi-megabyte arrays cost a page fault per 4 KiB on
+  // every call (a third of a 10^5-op simulation on a VM). Released after a call whose
+  // arrays exceed kKeepBytes, so at most that much stays allocated per thread.
+  struct Buffers {
+    std::vector<Node> nodes;
+    std::vector<WorkerState> ws;
+    std::vector<std::vector<int>> flows_on;
+    std::vector<double> cap;
+    std::vector<int> q;
+    std::vector<std::size_t> qbeg, head;
+    std::vector<int> succ_start, succ, fill, deps_left, scratch, hpos;
+    std::vector<CommUses> uses;
+    std::vector<Entry> heap;
+    [[nodiscard]] std::size_t bytes() const {
+      return nodes.capacity() * sizeof(Node) + uses.capacity() * sizeof(CommUses) +
+             (q.capacity() + succ_start.capacity() + succ.capacity() + fill.capacity() + deps_left.capacity() +
+              hpos.capacity()) * sizeof(int);
+    }
+  };
+  static constexpr std::size_t kKeepBytes = std::size_t{64} << 20;
+  static Buffers& buffers() {
+    thread_local Buffers b;
+    return b;
+  }
+  void release_if_large() {
+    if (b_.bytes() > kKeepBytes) b_ = Buffers{};
+  }
+
   const Schedule& s_;
-  std::vector<Node> nodes_;
-  std::vector<WorkerState> ws_;
-  std::vector<std::vector<int>> flows_on_;
-  std::vector<double> cap_;
-  std::vector<int> q_;                      // stream orders, concatenated
-  std::vector<std::size_t> qbeg_, head_;    // per (worker, stream): first index, next to run
-  std::vector<int> succ_start_, succ_;
-  std::vector<int> deps_left_;              // per op: unfinished dependencies (apart from nodes_:
-                                            // the most frequent random access stays in cache)
-  std::vector<int> scratch_;
-  std::vector<CommUses> uses_;
-  std::vector<Entry> heap_;
-  std::vector<int> hpos_;                   // per op: index in heap_, -1 when not queued (kept
-                                            // apart from nodes_ so sifting stays in cache)
+  Buffers& b_ = buffers();
+  std::vector<Node>& nodes_ = b_.nodes;
+  std::vector<WorkerState>& ws_ = b_.ws;
+  std::vector<std::vector<int>>& flows_on_ = b_.flows_on;
+  std::vector<double>& cap_ = b_.cap;
+  std::vector<int>& q_ = b_.q;                      // stream orders, concatenated
+  std::vector<std::size_t>& qbeg_ = b_.qbeg;        // per (worker, stream): first index in q_
+  std::vector<std::size_t>& head_ = b_.head;        // per (worker, stream): next to run
+  std::vector<int>& succ_start_ = b_.succ_start;
+  std::vector<int>& succ_ = b_.succ;
+  std::vector<int>& fill_ = b_.fill;
+  std::vector<int>& deps_left_ = b_.deps_left;      // per op: unfinished dependencies (apart from
+                                                    // nodes_: the most frequent random access stays in cache)
+  std::vector<int>& scratch_ = b_.scratch;
+  std::vector<CommUses>& uses_ = b_.uses;
+  std::vector<Entry>& heap_ = b_.heap;
+  std::vector<int>& hpos_ = b_.hpos;                // per op: index in heap_, -1 when not queued (apart
+                                                    // from nodes_ so sifting stays in cache)
   double now_ = 0;
   std::size_t done_ = 0;
   SimResult res_;
