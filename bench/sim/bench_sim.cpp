@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,6 +37,20 @@ const std::vector<Variant> kVariants{
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// CPU seconds of the calling thread: on a shared machine wall time also counts other
+// processes' turns, this does not (cache and memory-bandwidth contention still show).
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace
@@ -132,9 +148,12 @@ int main(int argc, char** argv) {
   // layouts found above are re-simulated 5 times; median reported).
   auto m = disagmoe::model_preset("qwen3-235b-a22b");
   m.seq_len = seqs.back();
-  std::printf("\nsimulator speed, %s seq %d on %s (median of 5 simulate() calls, build excluded)\n", m.name.c_str(),
-              m.seq_len, cluster.name.c_str());
-  std::printf("%-13s %8s %10s %12s\n", "schedule", "ops", "ms/step", "ns/op");
+  std::printf("\nsimulator speed, %s seq %d on %s (median of 5 simulate() calls, build excluded; "
+              "wall and CPU time of this thread)\n",
+              m.name.c_str(), m.seq_len, cluster.name.c_str());
+  if (double la[3]; getloadavg(la, 3) == 3)
+    std::printf("load average %.2f %.2f %.2f (the machine is shared; compare CPU ms)\n", la[0], la[1], la[2]);
+  std::printf("%-13s %-28s %8s %10s %10s %12s\n", "schedule", "layout", "ops", "wall ms", "CPU ms", "CPU ns/op");
   for (const auto& v : kVariants) {
     ds::PolicyKnobs k;
     k.chunks = v.chunks;
@@ -144,16 +163,18 @@ int main(int argc, char** argv) {
     } catch (const disagmoe::ConfigError&) {
       continue;
     }
-    std::vector<double> t;
+    std::vector<double> wall, cpu;
     for (int i = 0; i < 5; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
+      const double c0 = thread_cpu_seconds();
       const auto r = ds::simulate(s.schedule);
-      t.push_back(seconds_since(t0));
+      cpu.push_back(thread_cpu_seconds() - c0);
+      wall.push_back(seconds_since(t0));
       if (r.deadlocked) return 1;
     }
-    std::sort(t.begin(), t.end());
-    std::printf("%-13s %8zu %10.2f %12.1f\n", v.label.c_str(), s.schedule.ops.size(), t[2] * 1e3,
-                t[2] * 1e9 / double(s.schedule.ops.size()));
+    const double w = median(wall), c = median(cpu);
+    std::printf("%-13s %-28s %8zu %10.2f %10.2f %12.1f\n", v.label.c_str(), s.layout.c_str(), s.schedule.ops.size(),
+                w * 1e3, c * 1e3, c * 1e9 / double(s.schedule.ops.size()));
   }
   std::printf("\ntotal benchmark time %.1f s\n", total);
   return 0;
