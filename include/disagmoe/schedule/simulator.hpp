@@ -164,7 +164,7 @@ class Simulator {
         for (int id : s_.order[w][k]) {
           Node& o = nodes_[static_cast<std::size_t>(id)];
           if (k == 2 && unordered) o.flags |= kUnordered;
-          else o.pos = static_cast<std::int64_t>(q_.size());
+          else o.pos = static_cast<int>(q_.size());
           q_.push_back(id);
         }
       }
@@ -188,7 +188,6 @@ class Simulator {
       const Op& op = s_.ops[i];
       Node& o = nodes_[i];
       o.worker = op.worker;
-      o.peer = op.peer;
       o.stream = static_cast<std::uint8_t>(op.stream);
       o.alloc = op.alloc_bytes;
       o.release = op.free_bytes;
@@ -201,7 +200,7 @@ class Simulator {
       const CommUses cu = comm_uses(s_, op);
       if (cu.empty()) continue;
       o.uses = static_cast<int>(uses_.size());
-      uses_.push_back(cu);
+      uses_.push_back({cu, op.peer});
       for (const auto& u : cu) {
         if (u.resource % 4 < 2) o.flags |= kRemote;
         if (cap_[static_cast<std::size_t>(u.resource)] > 0) continue;
@@ -233,18 +232,24 @@ class Simulator {
  private:
   enum State : std::uint8_t { kWaiting, kLatency, kRunning, kDone };
   enum Flag : std::uint8_t { kComm = 1, kSms = 2, kUnordered = 4, kRemote = 8 };
-  struct Node {
+  // One cache line per op (the peer of a comm op lives in its Uses entry).
+  struct alignas(64) Node {
     double seconds = 0;         // compute: time at the worker's full rate
     double alloc = 0;           // bytes allocated at start / released at end, per GPU
     double release = 0;
     double left = 1;            // fraction of work left
     double rate = 0;            // fraction per second
     double since = 0;           // time `left` was last updated
-    std::int64_t pos = -1;      // index in q_ (ordered streams), -1 for unordered comm
-    int worker = 0, peer = -1;
+    int pos = -1;               // index in q_ (ordered streams), -1 for unordered comm
+    int worker = 0;
     int uses = -1;              // index into uses_ for comm ops that move bytes
     std::uint8_t stream = 0, flags = 0;
     State state = kWaiting;
+  };
+  static_assert(sizeof(Node) == 64);
+  struct Uses {
+    CommUses u;
+    int peer = -1;
   };
   struct WorkerState {
     std::array<int, kStreams> compute{};  // running compute ops (at most one per compute stream)
@@ -264,7 +269,8 @@ class Simulator {
   static bool earlier(const Entry& a, const Entry& b) { return a.time < b.time || (a.time == b.time && a.op < b.op); }
 
   Node& node(int id) { return nodes_[static_cast<std::size_t>(id)]; }
-  const CommUses& uses_of(const Node& o) const { return uses_[static_cast<std::size_t>(o.uses)]; }
+  const CommUses& uses_of(const Node& o) const { return uses_[static_cast<std::size_t>(o.uses)].u; }
+  int peer_of(const Node& o) const { return uses_[static_cast<std::size_t>(o.uses)].peer; }
 
   // ── indexed binary heap ──
   void place(std::size_t i, const Entry& e) {
@@ -356,19 +362,20 @@ class Simulator {
       return;
     }
     if (o.uses < 0) return instant(id);
+    const int peer = peer_of(o);
     const bool sms = (o.flags & kSms) != 0;
     touch(o.worker);
     ++wk.comm;
     if (sms) ++wk.sm_comm;
-    if (o.peer != o.worker) {
-      touch(o.peer);
-      auto& pk = ws_[static_cast<std::size_t>(o.peer)];
+    if (peer != o.worker) {
+      touch(peer);
+      auto& pk = ws_[static_cast<std::size_t>(peer)];
       ++pk.comm;
       if (sms) ++pk.sm_comm;
     }
     if (sms) {
       rerate_compute(o.worker);
-      if (o.peer != o.worker) rerate_compute(o.peer);
+      if (peer != o.worker) rerate_compute(peer);
     }
     const double lat = (o.flags & kRemote) != 0 ? s_.network.nic_latency : s_.network.nvlink_latency;
     o.state = kLatency;
@@ -449,13 +456,14 @@ class Simulator {
         rerate_compute(o.worker);
       }
     } else if (o.uses >= 0) {
+      const int peer = peer_of(o);
       const bool sms = (o.flags & kSms) != 0;
       touch(o.worker);
       --wk.comm;
       if (sms) --wk.sm_comm;
-      if (o.peer != o.worker) {
-        touch(o.peer);
-        auto& pk = ws_[static_cast<std::size_t>(o.peer)];
+      if (peer != o.worker) {
+        touch(peer);
+        auto& pk = ws_[static_cast<std::size_t>(peer)];
         --pk.comm;
         if (sms) --pk.sm_comm;
       }
@@ -466,7 +474,7 @@ class Simulator {
       rerate_flows(uses_of(o));
       if (sms) {
         rerate_compute(o.worker);
-        if (o.peer != o.worker) rerate_compute(o.peer);
+        if (peer != o.worker) rerate_compute(peer);
       }
     }
     // Release the stream, then wake dependents.
@@ -570,10 +578,10 @@ class Simulator {
     std::vector<int> q;
     std::vector<std::size_t> qbeg, head;
     std::vector<int> succ_start, succ, fill, deps_left, scratch, hpos;
-    std::vector<CommUses> uses;
+    std::vector<Uses> uses;
     std::vector<Entry> heap;
     [[nodiscard]] std::size_t bytes() const {
-      return nodes.capacity() * sizeof(Node) + uses.capacity() * sizeof(CommUses) +
+      return nodes.capacity() * sizeof(Node) + uses.capacity() * sizeof(Uses) +
              (q.capacity() + succ_start.capacity() + succ.capacity() + fill.capacity() + deps_left.capacity() +
               hpos.capacity()) * sizeof(int);
     }
@@ -602,7 +610,7 @@ class Simulator {
   std::vector<int>& deps_left_ = b_.deps_left;      // per op: unfinished dependencies (apart from
                                                     // nodes_: the most frequent random access stays in cache)
   std::vector<int>& scratch_ = b_.scratch;
-  std::vector<CommUses>& uses_ = b_.uses;
+  std::vector<Uses>& uses_ = b_.uses;
   std::vector<Entry>& heap_ = b_.heap;
   std::vector<int>& hpos_ = b_.hpos;                // per op: index in heap_, -1 when not queued (apart
                                                     // from nodes_ so sifting stays in cache)
