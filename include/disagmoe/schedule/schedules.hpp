@@ -117,10 +117,11 @@ inline std::string af_label(const AfLayout& l, int g, bool rc) {
 /// step time). Baselines: pipeline depths {1, 2, 4, 8, 16} (or exactly `stages` > 0).
 /// AF-Pipe: exactly `af` when given, else a two-phase search: every A GPUs per node
 /// 1..gpus_per_node−1 (F gets the rest) and pair count 1..16 with proportional NICs and
-/// ping-pong group 2p, then around the three best: NIC split ±1, ±2 and group sizes
-/// p, 2p, 4p. Each candidate is retried with full recomputation when its activations
-/// do not fit (unless `o.memory.recompute` is already set). Throws ConfigError when no
-/// layout can run. Cost: one simulation per candidate (≈ 150 for AF-Pipe).
+/// ping-pong group 2p, then around the three best and the best and fastest of each A/F
+/// split: NIC split ±1, ±2 and group sizes p, 2p, 4p. Each candidate is retried with full
+/// recomputation when its activations do not fit (unless `o.memory.recompute` is
+/// already set). Throws ConfigError when no layout can run. Cost: one simulation per
+/// candidate (≈ 300 for AF-Pipe on 8-GPU nodes).
 inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const ClusterSpec& c,
                                const CostOptions& o = {}, const PolicyKnobs& k = {}, int stages = 0,
                                std::optional<AfLayout> af = std::nullopt) {
@@ -174,11 +175,27 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
             consider(std::move(s));
           }
         }
-      std::sort(first.begin(), first.end(), [](const Cand& x, const Cand& y) {
-        return x.fits != y.fits ? x.fits : x.step < y.step;
-      });
-      for (std::size_t i = 0; i < std::min<std::size_t>(3, first.size()); ++i) {
-        const AfLayout base = first[i].lay;
+      const auto before = [](const Cand& x, const Cand& y) { return x.fits != y.fits ? x.fits : x.step < y.step; };
+      std::stable_sort(first.begin(), first.end(), before);
+      // Phase two refines the three best and, for every A/F split, its best candidate
+      // and its fastest one (a layout that does not fit with g = 2p may fit with g = p).
+      std::vector<AfLayout> bases;
+      auto add_base = [&](const AfLayout& l) {
+        for (const auto& b : bases)
+          if (b.groups == l.groups && b.attention_gpus_per_node == l.attention_gpus_per_node) return;
+        bases.push_back(l);
+      };
+      for (std::size_t i = 0; i < std::min<std::size_t>(3, first.size()); ++i) add_base(first[i].lay);
+      for (int a = 1; a < c.gpus_per_node; ++a) {
+        const Cand* fastest = nullptr;
+        for (const auto& x : first) {
+          if (x.lay.attention_gpus_per_node != a) continue;
+          if (!fastest) add_base(x.lay);  // the first of split a is its best (fits first)
+          if (!fastest || x.step < fastest->step) fastest = &x;
+        }
+        if (fastest) add_base(fastest->lay);
+      }
+      for (const AfLayout& base : bases) {
         for (int d = -2; d <= 2; ++d)
           for (int gm : {1, 2, 4}) {
             if (d == 0 && gm == 2) continue;  // phase one already ran it
