@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The cost adapter against a recount from plan/cost_model.hpp, and the simulator-backed
 // searches on a small cluster.
+#include "uniform.hpp"
+
 #include <disagmoe/plan/cost_model.hpp>
 #include <disagmoe/schedule/schedules.hpp>
 #include <disagmoe/spec/presets.hpp>
@@ -81,11 +83,7 @@ TEST_CASE("recomputation trades activation memory for one extra forward") {
 }
 
 TEST_CASE("searches pick a runnable layout; the step-time oracle is finite exactly for valid layouts") {
-  auto m = disagmoe::model_preset("olmoe-1b-7b");
-  m.seq_len = 1024;
-  const auto c = disagmoe::parse_cluster_name("h800x128:2");
-  ds::CostOptions o;
-  o.global_batch = 64;
+  const auto [m, c, o] = ds::test::small_setting();
   for (auto name : ds::kScheduleNames) {
     CAPTURE(name);
     const auto s = ds::simulate_best(name, m, c, o);
@@ -104,11 +102,7 @@ TEST_CASE("searches pick a runnable layout; the step-time oracle is finite exact
 
 TEST_CASE("the simulator is a plan::step_time_oracle: same value as a direct simulation, inf when invalid") {
   static_assert(dp::step_time_oracle<ds::SimulatedStepTime>);
-  auto m = disagmoe::model_preset("olmoe-1b-7b");
-  m.seq_len = 1024;
-  const auto c = disagmoe::parse_cluster_name("h800x128:2");
-  ds::CostOptions o;
-  o.global_batch = 64;
+  const auto [m, c, o] = ds::test::small_setting();
   const ds::SimulatedStepTime oracle(m, c, o);
   dp::Allocation a;
   a.groups = 2;

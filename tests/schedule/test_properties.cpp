@@ -24,7 +24,6 @@ namespace ds = disagmoe::schedule;
 namespace {
 
 ds::Problem random_problem(std::mt19937_64& rng, int workers, int layers, int m, bool comm) {
-  std::uniform_real_distribution<double> u(0.2, 2.0);
   ds::Problem p;
   p.workers = ds::uniform_workers(workers, ds::Role::kColocated, 1e9, 1e10);
   p.network.nic_latency = comm ? 0.01 : 0;
@@ -32,25 +31,7 @@ ds::Problem random_problem(std::mt19937_64& rng, int workers, int layers, int m,
   p.micro_batches = m;
   p.tokens_per_micro_batch = 100;
   p.flops_per_micro_batch = 1e9;
-  for (int l = 0; l < layers; ++l) {
-    ds::LayerCost c;
-    c.moe = rng() % 4 != 0;
-    c.attn_fwd = u(rng);
-    c.attn_bwd = u(rng);
-    c.attn_wgrad = u(rng);
-    c.expert_fwd = u(rng);
-    c.expert_bwd = u(rng);
-    c.expert_wgrad = u(rng);
-    if (comm) {
-      c.dispatch_bytes = u(rng) * 1e8;
-      c.combine_bytes = u(rng) * 1e8;
-      c.hidden_bytes = u(rng) * 1e8;
-      c.attn_grad_bytes = u(rng) * 1e8;
-    }
-    c.attn_activation_bytes = 10;
-    c.expert_activation_bytes = c.moe ? 5 : 0;
-    p.layers.push_back(c);
-  }
+  for (int l = 0; l < layers; ++l) p.layers.push_back(ds::test::random_layer(rng, comm));
   return p;
 }
 

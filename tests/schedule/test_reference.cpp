@@ -5,6 +5,7 @@
 // op graphs (mixed in-order / unordered comm streams, SM-using comm, zero-cost ops,
 // shared links) and on cost-model schedules of a real model.
 #include "reference_simulator.hpp"
+#include "uniform.hpp"
 
 #include <disagmoe/schedule/schedules.hpp>
 #include <disagmoe/spec/presets.hpp>
@@ -114,7 +115,6 @@ ds::Schedule random_graph(std::mt19937_64& rng, bool cyclic) {
 }
 
 ds::Problem random_problem(std::mt19937_64& rng, int p, bool af) {
-  std::uniform_real_distribution<double> u(0.2, 2.0);
   ds::Problem pb;
   if (af) {
     pb.workers = random_workers(rng, p, ds::Role::kAttention);
@@ -128,24 +128,7 @@ ds::Problem random_problem(std::mt19937_64& rng, int p, bool af) {
   pb.tokens_per_micro_batch = 100;
   pb.flops_per_micro_batch = 1e12;
   const int layers = p * (1 + static_cast<int>(rng() % 3));
-  for (int l = 0; l < layers; ++l) {
-    ds::LayerCost c;
-    c.moe = rng() % 4 != 0;
-    c.attn_fwd = u(rng);
-    c.attn_bwd = u(rng);
-    c.attn_wgrad = u(rng);
-    c.expert_fwd = u(rng);
-    c.expert_bwd = u(rng);
-    c.expert_wgrad = u(rng);
-    c.dispatch_bytes = u(rng) * 1e9;
-    c.combine_bytes = u(rng) * 1e9;
-    c.hidden_bytes = u(rng) * 1e8;
-    c.attn_grad_bytes = u(rng) * 1e8;
-    c.expert_grad_bytes = u(rng) * 1e8;
-    c.attn_activation_bytes = 10;
-    c.expert_activation_bytes = 5;
-    pb.layers.push_back(c);
-  }
+  for (int l = 0; l < layers; ++l) pb.layers.push_back(ds::test::random_layer(rng, true));
   return pb;
 }
 
@@ -182,11 +165,7 @@ TEST_CASE("fast simulator = reference simulator on every policy over random prob
 }
 
 TEST_CASE("fast simulator = reference simulator on cost-model schedules of a real model") {
-  auto m = disagmoe::model_preset("olmoe-1b-7b");
-  m.seq_len = 2048;
-  const auto c = disagmoe::parse_cluster_name("h800x128:2");
-  ds::CostOptions o;
-  o.global_batch = 64;
+  const auto [m, c, o] = ds::test::small_setting(2048);
   for (auto name : ds::kScheduleNames) {
     INFO(name);
     const ds::Problem pb = name == ds::AFPipe::kName ? ds::af_problem(m, c, {2, 3, 5, 3, 5}, o)  // F group of 5, 64 experts

@@ -2,7 +2,11 @@
 // Test helpers: uniform-cost problems whose step times have closed forms.
 #pragma once
 
+#include <disagmoe/schedule/cost_adapter.hpp>
 #include <disagmoe/schedule/problem.hpp>
+#include <disagmoe/spec/presets.hpp>
+
+#include <random>
 
 namespace disagmoe::schedule::test {
 
@@ -35,6 +39,34 @@ inline Problem uniform_problem(int workers, int layers, int m, Uniform u = {}) {
   c.expert_activation_bytes = u.moe ? 1 : 0;
   p.layers.assign(static_cast<std::size_t>(layers), c);
   return p;
+}
+
+/// One layer with compute costs drawn from U(0.2, 2) s and, when `comm`, every byte
+/// count from U(0.2, 2) × 1e8; a quarter of the layers are dense.
+inline LayerCost random_layer(std::mt19937_64& rng, bool comm) {
+  std::uniform_real_distribution<double> u(0.2, 2.0);
+  LayerCost c;
+  c.moe = rng() % 4 != 0;
+  for (double* x : {&c.attn_fwd, &c.attn_bwd, &c.attn_wgrad, &c.expert_fwd, &c.expert_bwd, &c.expert_wgrad}) *x = u(rng);
+  if (comm)
+    for (double* x : {&c.dispatch_bytes, &c.combine_bytes, &c.hidden_bytes, &c.attn_grad_bytes, &c.expert_grad_bytes})
+      *x = u(rng) * 1e8;
+  c.attn_activation_bytes = 10;
+  c.expert_activation_bytes = c.moe ? 5 : 0;
+  return c;
+}
+
+/// A small real setting: OLMoE-1B-7B at `seq_len` on two H800 nodes, 64 sequences per step.
+struct SmallSetting {
+  ModelSpec model;
+  ClusterSpec cluster;
+  CostOptions cost;
+};
+inline SmallSetting small_setting(int seq_len = 1024) {
+  SmallSetting s{model_preset("olmoe-1b-7b"), parse_cluster_name("h800x128:2"), {}};
+  s.model.seq_len = seq_len;
+  s.cost.global_batch = 64;
+  return s;
 }
 
 }  // namespace disagmoe::schedule::test
