@@ -11,7 +11,7 @@
 
 #include <disagmoe/milp/cover_cuts.hpp>
 #include <disagmoe/milp/problem.hpp>
-#include <disagmoe/milp/simplex.hpp>
+#include <disagmoe/milp/dual_simplex.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -12,7 +12,7 @@
 /// The caller restores the LP's bounds and basis afterwards.
 #pragma once
 
-#include <disagmoe/milp/simplex.hpp>
+#include <disagmoe/milp/dual_simplex.hpp>
 
 #include <cmath>
 #include <cstdint>

@@ -2,9 +2,12 @@
 /// @file milp.hpp
 /// Umbrella header of the MILP solver (namespace disagmoe::milp), standalone on Eigen:
 ///  * problem.hpp          Problem builder (bounds, objective, integrality, sparse rows)
-///  * simplex.hpp          bounded dual simplex, `solve_lp` (primal, duals, reduced costs, basis)
+///  * simplex.hpp          `solve_lp` (primal, duals, reduced costs, basis) over
+///                         dual_simplex.hpp (+ dual_simplex_rows, ratio_test, lp_scaling,
+///                         lp_status, basis_factor)
 ///  * branch_and_bound.hpp `solve(problem, options)` -> Result (status, objective, bound, gap, ...)
-///  * mps.hpp              MPS reader/writer (fixed/free, gzip with zlib)
+///                         with cuts.hpp (GMI + cover_cuts.hpp) and diving.hpp
+///  * mps.hpp              MPS reader (fixed/free, gzip with zlib) + mps_writer.hpp
 ///
 ///     #include <disagmoe/milp/milp.hpp>
 ///     namespace milp = disagmoe::milp;

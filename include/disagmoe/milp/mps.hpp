@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file mps.hpp
-/// MPS reader and writer for `milp::Problem`: fixed and free MPS, optionally gzipped
+/// MPS reader (and, through mps_writer.hpp, writer) for `milp::Problem`: fixed and free MPS, optionally gzipped
 /// (with zlib), `MARKER INTORG/INTEND`, bound types UP LO FX FR MI PL BV LI UI, RANGES,
 /// OBJSENSE (section form and `OBJSENSE MAX` on one line), OBJNAME; reading stops at
 /// ENDATA. Format reference: the IBM/CPLEX "MPS file format" description and the
@@ -19,6 +19,7 @@
 
 #include <disagmoe/config.hpp>
 #include <disagmoe/error.hpp>
+#include <disagmoe/milp/mps_writer.hpp>
 #include <disagmoe/milp/problem.hpp>
 
 #include <cctype>
@@ -26,12 +27,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
-#include <ostream>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #if DISAGMOE_HAS_ZLIB()
@@ -517,110 +516,6 @@ inline Problem read_mps_file(const std::string& path, MpsFormat format = MpsForm
   } catch (const IoError& e) {
     throw IoError(path + ": " + e.what());
   }
-}
-
-namespace detail {
-inline bool mps_name_ok(const std::string& s) {
-  if (s.empty() || s[0] == '*' || s.size() > 255) return false;
-  for (char c : s)
-    if (std::isspace(static_cast<unsigned char>(c)) || !std::isprint(static_cast<unsigned char>(c))) return false;
-  return true;
-}
-// Names as given when all are valid free-MPS names and distinct, else generated ones.
-inline std::vector<std::string> mps_names(int n, auto&& given, const char* prefix) {
-  std::vector<std::string> out;
-  std::unordered_set<std::string> seen;
-  bool ok = true;
-  for (int k = 0; k < n && ok; ++k) {
-    out.push_back(given(k));
-    ok = mps_name_ok(out.back()) && seen.insert(out.back()).second;
-  }
-  if (!ok) {
-    out.clear();
-    for (int k = 0; k < n; ++k) out.push_back(prefix + std::to_string(k));
-  }
-  return out;
-}
-}  // namespace detail
-
-/// Writes `p` as free MPS that read_mps_string reads back to the same problem (values
-/// printed with 17 significant digits). Rows with both sides infinite are written as N
-/// rows and so are dropped on reading. Names with blanks are replaced by C<j>/R<i>.
-inline void write_mps(std::ostream& out, const Problem& p) {
-  const auto cols = detail::mps_names(p.num_vars(), [&](int j) { return p.var_name(j); }, "C");
-  auto rows = detail::mps_names(p.num_rows(), [&](int i) { return p.row_name(i); }, "R");
-  std::string obj = "OBJ";
-  for (int k = 0; std::find(rows.begin(), rows.end(), obj) != rows.end(); ++k) obj = "OBJ" + std::to_string(k);
-  std::ostringstream os;
-  os.precision(17);
-  os << "NAME " << (detail::mps_name_ok(p.name()) ? p.name() : "") << "\n";
-  if (p.sense() == Sense::kMaximize) os << "OBJSENSE\n    MAX\n";
-  os << "ROWS\n N  " << obj << "\n";
-  for (int i = 0; i < p.num_rows(); ++i) {
-    const double lo = p.row_lo(i), hi = p.row_hi(i);
-    const char t = lo == hi ? 'E' : lo == -kInf ? (hi == kInf ? 'N' : 'L') : hi == kInf ? 'G' : 'L';
-    os << ' ' << t << "  " << rows[i] << "\n";
-  }
-  // Column-wise entries.
-  std::vector<std::vector<std::pair<int, double>>> col(p.num_vars());
-  for (int i = 0; i < p.num_rows(); ++i) {
-    const RowView r = p.row(i);
-    for (std::size_t k = 0; k < r.index.size(); ++k) col[r.index[k]].emplace_back(i, r.value[k]);
-  }
-  os << "COLUMNS\n";
-  bool in_int = false;
-  int marker = 0;
-  for (int j = 0; j < p.num_vars(); ++j) {
-    if (p.is_integer(j) != in_int) {
-      in_int = p.is_integer(j);
-      os << "    M" << marker++ << "  'MARKER'  " << (in_int ? "'INTORG'" : "'INTEND'") << "\n";
-    }
-    if (p.obj(j) != 0.0 || col[j].empty()) os << "    " << cols[j] << "  " << obj << "  " << p.obj(j) << "\n";
-    for (const auto& [i, v] : col[j]) os << "    " << cols[j] << "  " << rows[i] << "  " << v << "\n";
-  }
-  if (in_int) os << "    M" << marker << "  'MARKER'  'INTEND'\n";
-  os << "RHS\n";
-  if (p.objective_offset() != 0.0) os << "    RHS  " << obj << "  " << -p.objective_offset() << "\n";
-  for (int i = 0; i < p.num_rows(); ++i) {
-    const double lo = p.row_lo(i), hi = p.row_hi(i);
-    const double rhs = hi < kInf ? hi : lo > -kInf ? lo : 0.0;
-    if (rhs != 0.0) os << "    RHS  " << rows[i] << "  " << rhs << "\n";
-  }
-  bool ranges = false;
-  for (int i = 0; i < p.num_rows(); ++i) {
-    const double lo = p.row_lo(i), hi = p.row_hi(i);
-    if (lo > -kInf && hi < kInf && lo != hi) {
-      if (!ranges) os << "RANGES\n";
-      ranges = true;
-      os << "    RNG  " << rows[i] << "  " << hi - lo << "\n";
-    }
-  }
-  os << "BOUNDS\n";
-  for (int j = 0; j < p.num_vars(); ++j) {
-    const double lb = p.lb(j), ub = p.ub(j);
-    const std::string& c = cols[j];
-    if (p.is_integer(j) && lb == 0 && ub == 1) {
-      os << " BV BND  " << c << "\n";
-    } else if (lb == -kInf && ub == kInf) {
-      os << " FR BND  " << c << "\n";
-    } else if (lb == ub) {
-      os << " FX BND  " << c << "  " << lb << "\n";
-    } else {
-      if (lb == -kInf) os << " MI BND  " << c << "\n";
-      else if (lb != 0.0) os << " LO BND  " << c << "  " << lb << "\n";
-      if (ub != kInf) os << " UP BND  " << c << "  " << ub << "\n";
-    }
-  }
-  os << "ENDATA\n";
-  out << os.str();
-}
-
-/// Writes `p` as free MPS to a file. Throws IoError when the file cannot be written.
-inline void write_mps_file(const std::string& path, const Problem& p) {
-  std::ofstream out(path);
-  if (!out) fail<IoError>("file", path, "a writable path");
-  write_mps(out, p);
-  if (!out) fail<IoError>("file", path, "a completed write");
 }
 
 }  // namespace disagmoe::milp
