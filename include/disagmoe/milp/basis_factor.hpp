@@ -193,64 +193,52 @@ class BasisFactor {
     for (int c = 0; c < m_; ++c)
       for (int e = cstart_[c]; e < cstart_[c + 1]; ++e) rcol[fill[cidx_[e]]++] = c;
     std::vector<char> row_done(m_, 0), col_done(m_, 0);
-    std::vector<int> ccount(m_), stack;
-    for (int c = 0; c < m_; ++c) {
-      ccount[c] = cstart_[c + 1] - cstart_[c];
-      if (ccount[c] == 0) return false;  // structurally singular
-      if (ccount[c] == 1) stack.push_back(c);
-    }
-    while (!stack.empty()) {
-      const int c = stack.back();
-      stack.pop_back();
-      if (col_done[c] || ccount[c] != 1) continue;
-      int r = -1;
-      double v = 0;
-      for (int e = cstart_[c]; e < cstart_[c + 1]; ++e)
-        if (!row_done[cidx_[e]]) r = cidx_[e], v = cval_[e];
-      if (!acceptable(v)) return false;
-      col_piv_.push_back({r, c, v});
-      row_done[r] = col_done[c] = 1;
-      for (int e = rstart[r]; e < rstart[r + 1]; ++e) {
-        const int c2 = rcol[e];
-        if (col_done[c2]) continue;
-        if (--ccount[c2] == 0) return false;
-        if (ccount[c2] == 1) stack.push_back(c2);
-      }
-    }
-    std::vector<int> rcount(m_, 0);
-    for (int c = 0; c < m_; ++c)
-      if (!col_done[c])
-        for (int e = cstart_[c]; e < cstart_[c + 1]; ++e) ++rcount[cidx_[e]];
-    for (int r = 0; r < m_; ++r) {
-      if (row_done[r]) continue;
-      if (rcount[r] == 0) return false;
-      if (rcount[r] == 1) stack.push_back(r);
-    }
-    while (!stack.empty()) {
-      const int r = stack.back();
-      stack.pop_back();
-      if (row_done[r] || rcount[r] != 1) continue;
-      int c = -1;
-      for (int e = rstart[r]; e < rstart[r + 1]; ++e)
-        if (!col_done[rcol[e]]) c = rcol[e];
-      double v = 0;
-      for (int e = cstart_[c]; e < cstart_[c + 1]; ++e)
-        if (cidx_[e] == r) v = cval_[e];
-      if (!acceptable(v)) return false;
-      row_piv_.push_back({r, c, v});
-      row_done[r] = col_done[c] = 1;
-      for (int e = cstart_[c]; e < cstart_[c + 1]; ++e) {
-        const int r2 = cidx_[e];
-        if (row_done[r2]) continue;
-        if (--rcount[r2] == 0) return false;
-        if (rcount[r2] == 1) stack.push_back(r2);
-      }
-    }
+    if (!peel(cstart_, cidx_, rstart, rcol, col_done, row_done, true, col_piv_)) return false;
+    if (!peel(rstart, rcol, cstart_, cidx_, row_done, col_done, false, row_piv_)) return false;
     for (int r = 0; r < m_; ++r)
       if (!row_done[r]) bump_row_.push_back(r);
     for (int c = 0; c < m_; ++c)
       if (!col_done[c]) bump_col_.push_back(c);
     return bump_row_.size() == bump_col_.size();
+  }
+
+  // Peels singletons along one orientation (Suhl and Suhl 1990, §2): a line (a column
+  // when `columns`, else a row) with one active entry pivots there, and the lines
+  // through the pivot's cross index lose one active entry. `start/idx` list each line's
+  // cross indices, `xstart/xidx` each cross index's lines. Returns false on a line that
+  // runs empty (structurally singular) or a tiny pivot.
+  bool peel(const std::vector<int>& start, const std::vector<int>& idx, const std::vector<int>& xstart,
+            const std::vector<int>& xidx, std::vector<char>& done, std::vector<char>& xdone, bool columns,
+            std::vector<Pivot>& out) const {
+    std::vector<int> count(m_, 0), stack;
+    for (int l = 0; l < m_; ++l) {
+      if (done[l]) continue;
+      for (int e = start[l]; e < start[l + 1]; ++e) count[l] += !xdone[idx[e]];
+      if (count[l] == 0) return false;
+      if (count[l] == 1) stack.push_back(l);
+    }
+    while (!stack.empty()) {
+      const int l = stack.back();
+      stack.pop_back();
+      if (done[l] || count[l] != 1) continue;
+      int x = -1;
+      for (int e = start[l]; e < start[l + 1]; ++e)
+        if (!xdone[idx[e]]) x = idx[e];
+      const int r = columns ? x : l, c = columns ? l : x;
+      double v = 0;
+      for (int e = cstart_[c]; e < cstart_[c + 1]; ++e)
+        if (cidx_[e] == r) v = cval_[e];
+      if (!acceptable(v)) return false;
+      out.push_back({r, c, v});
+      done[l] = xdone[x] = 1;
+      for (int e = xstart[x]; e < xstart[x + 1]; ++e) {
+        const int l2 = xidx[e];
+        if (done[l2]) continue;
+        if (--count[l2] == 0) return false;
+        if (count[l2] == 1) stack.push_back(l2);
+      }
+    }
+    return true;
   }
 
   bool factor_bump() {
