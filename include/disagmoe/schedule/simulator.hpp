@@ -170,22 +170,15 @@ class Simulator {
       }
     }
     qbeg_[nw * kStreams] = q_.size();
-    // Successors (CSR) and dependency counters.
+    // Per-op constants, dependency counters and successor counts in one pass over the
+    // ops (each pass reads every Op and its deps array), then successors in CSR form.
     succ_start_.assign(n + 1, 0);
     deps_left_.resize(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      deps_left_[i] = static_cast<int>(s_.ops[i].deps.size());
-      for (int d : s_.ops[i].deps) ++succ_start_[static_cast<std::size_t>(d) + 1];
-    }
-    for (std::size_t i = 0; i < n; ++i) succ_start_[i + 1] += succ_start_[i];
-    fill_.assign(succ_start_.begin(), succ_start_.end() - 1);
-    succ_.resize(static_cast<std::size_t>(succ_start_[n]));
-    for (std::size_t i = 0; i < n; ++i)
-      for (int d : s_.ops[i].deps) succ_[static_cast<std::size_t>(fill_[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
-    // Per-op constants.
     uses_.clear();
     for (std::size_t i = 0; i < n; ++i) {
       const Op& op = s_.ops[i];
+      deps_left_[i] = static_cast<int>(op.deps.size());
+      for (int d : op.deps) ++succ_start_[static_cast<std::size_t>(d) + 1];
       Node& o = nodes_[i];
       o.worker = op.worker;
       o.stream = static_cast<std::uint8_t>(op.stream);
@@ -211,6 +204,11 @@ class Simulator {
                  ") moves bytes over it");
       }
     }
+    for (std::size_t i = 0; i < n; ++i) succ_start_[i + 1] += succ_start_[i];
+    fill_.assign(succ_start_.begin(), succ_start_.end() - 1);
+    succ_.resize(static_cast<std::size_t>(succ_start_[n]));
+    for (std::size_t i = 0; i < n; ++i)
+      for (int d : s_.ops[i].deps) succ_[static_cast<std::size_t>(fill_[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
     heap_.clear();
     hpos_.assign(n, -1);
     for (std::size_t w = 0; w < nw; ++w) {
