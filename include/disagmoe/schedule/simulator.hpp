@@ -173,11 +173,11 @@ class Simulator {
     // Per-op constants, dependency counters and successor counts in one pass over the
     // ops (each pass reads every Op and its deps array), then successors in CSR form.
     succ_start_.assign(n + 1, 0);
-    deps_left_.resize(n);
+    gate_.resize(n);
     uses_.clear();
     for (std::size_t i = 0; i < n; ++i) {
       const Op& op = s_.ops[i];
-      deps_left_[i] = static_cast<int>(op.deps.size());
+      gate_[i] = {static_cast<int>(op.deps.size()), -1};
       for (int d : op.deps) ++succ_start_[static_cast<std::size_t>(d) + 1];
       Node& o = nodes_[i];
       o.worker = op.worker;
@@ -210,7 +210,6 @@ class Simulator {
     for (std::size_t i = 0; i < n; ++i)
       for (int d : s_.ops[i].deps) succ_[static_cast<std::size_t>(fill_[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
     heap_.clear();
-    hpos_.assign(n, -1);
     for (std::size_t w = 0; w < nw; ++w) {
       for (int k = 0; k < kStreams; ++k) try_start_head(static_cast<int>(w), k);
       if (!s_.workers[w].in_order_comm)
@@ -245,6 +244,13 @@ class Simulator {
     State state = kWaiting;
   };
   static_assert(sizeof(Node) == 64);
+  // Per op, apart from nodes_ (the most frequent random accesses, kept small so they
+  // stay in cache): unfinished dependencies and the index in heap_ (-1: not queued);
+  // an op that becomes ready reads the one and then writes the other.
+  struct Gate {
+    int deps_left;
+    int heap;
+  };
   struct Uses {
     CommUses u;
     int peer = -1;
@@ -273,7 +279,7 @@ class Simulator {
   // ── indexed binary heap ──
   void place(std::size_t i, const Entry& e) {
     heap_[i] = e;
-    hpos_[static_cast<std::size_t>(e.op)] = static_cast<int>(i);
+    gate_[static_cast<std::size_t>(e.op)].heap = static_cast<int>(i);
   }
   void sift_up(std::size_t i, Entry e) {
     while (i > 0) {
@@ -299,7 +305,7 @@ class Simulator {
   // Schedules (or re-schedules) the op's single pending event at time t.
   void push(int id, double t) {
     const Entry e{t, id};
-    const int at = hpos_[static_cast<std::size_t>(id)];
+    const int at = gate_[static_cast<std::size_t>(id)].heap;
     if (at < 0) {
       heap_.push_back(e);
       sift_up(heap_.size() - 1, e);
@@ -311,7 +317,7 @@ class Simulator {
   }
   Entry pop() {
     const Entry top = heap_.front();
-    hpos_[static_cast<std::size_t>(top.op)] = -1;
+    gate_[static_cast<std::size_t>(top.op)].heap = -1;
     const Entry last = heap_.back();
     heap_.pop_back();
     if (!heap_.empty()) sift_down(0, last);
@@ -344,7 +350,7 @@ class Simulator {
 
   void try_start(int id) {
     Node& o = node(id);
-    if (deps_left_[static_cast<std::size_t>(id)] > 0 || o.state != kWaiting || !is_head(o)) return;
+    if (gate_[static_cast<std::size_t>(id)].deps_left > 0 || o.state != kWaiting || !is_head(o)) return;
     res_.timings[static_cast<std::size_t>(id)].start = now_;
     auto& wk = ws_[static_cast<std::size_t>(o.worker)];
     wk.mem += o.alloc;
@@ -482,7 +488,7 @@ class Simulator {
     }
     for (int e = succ_start_[static_cast<std::size_t>(id)]; e < succ_start_[static_cast<std::size_t>(id) + 1]; ++e) {
       const int d = succ_[static_cast<std::size_t>(e)];
-      if (--deps_left_[static_cast<std::size_t>(d)] == 0) try_start(d);
+      if (--gate_[static_cast<std::size_t>(d)].deps_left == 0) try_start(d);
     }
   }
 
@@ -575,13 +581,14 @@ class Simulator {
     std::vector<double> cap;
     std::vector<int> q;
     std::vector<std::size_t> qbeg, head;
-    std::vector<int> succ_start, succ, fill, deps_left, scratch, hpos;
+    std::vector<int> succ_start, succ, fill, scratch;
+    std::vector<Gate> gate;
     std::vector<Uses> uses;
     std::vector<Entry> heap;
     [[nodiscard]] std::size_t bytes() const {
       return nodes.capacity() * sizeof(Node) + uses.capacity() * sizeof(Uses) +
-             (q.capacity() + succ_start.capacity() + succ.capacity() + fill.capacity() + deps_left.capacity() +
-              hpos.capacity()) * sizeof(int);
+             gate.capacity() * sizeof(Gate) +
+             (q.capacity() + succ_start.capacity() + succ.capacity() + fill.capacity()) * sizeof(int);
     }
   };
   static constexpr std::size_t kKeepBytes = std::size_t{64} << 20;
@@ -605,13 +612,10 @@ class Simulator {
   std::vector<int>& succ_start_ = b_.succ_start;
   std::vector<int>& succ_ = b_.succ;
   std::vector<int>& fill_ = b_.fill;
-  std::vector<int>& deps_left_ = b_.deps_left;      // per op: unfinished dependencies (apart from
-                                                    // nodes_: the most frequent random access stays in cache)
+  std::vector<Gate>& gate_ = b_.gate;
   std::vector<int>& scratch_ = b_.scratch;
   std::vector<Uses>& uses_ = b_.uses;
   std::vector<Entry>& heap_ = b_.heap;
-  std::vector<int>& hpos_ = b_.hpos;                // per op: index in heap_, -1 when not queued (apart
-                                                    // from nodes_ so sifting stays in cache)
   double now_ = 0;
   std::size_t done_ = 0;
   SimResult res_;
