@@ -3,7 +3,7 @@
 // models at 4K-32K tokens, AF-Pipe against every baseline schedule, each at its best
 // layout found by the simulator. Prints one table per model and the simulator's own
 // speed on the largest configuration.
-// Usage: bench_sim [--quick] [--speed] [--global-batch N] [--max-stages N] [--rdma-m2n] [--model NAME] [--seq N] [--no-speed]
+// Usage: bench_sim [--quick] [--speed] [--global-batch N] [--max-stages N] [--rdma-m2n] [--model NAME] [--seq N] [--no-speed] [--only LABEL] [--reps N]
 #include <disagmoe/schedule/schedules.hpp>
 #include <disagmoe/spec/presets.hpp>
 
@@ -57,6 +57,8 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   bool quick = false, speed_only = false, rdma_m2n = false, no_speed = false;
+  std::string only;  // --only LABEL: time that schedule alone
+  int reps = 5;      // simulate() calls per schedule in the speed section (median reported)
   std::vector<int> seqs{4096, 8192, 16384, 32768};
   int global_batch = 1024, max_stages = 16;
   std::vector<std::string> models{"deepseek-moe-16b", "gpt-oss-120b", "qwen3-235b-a22b"};
@@ -64,6 +66,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--speed") == 0) speed_only = true;
     else if (std::strcmp(argv[i], "--no-speed") == 0) no_speed = true;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+    else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--global-batch") == 0 && i + 1 < argc) global_batch = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--max-stages") == 0 && i + 1 < argc) max_stages = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--rdma-m2n") == 0) rdma_m2n = true;
@@ -173,9 +177,9 @@ int main(int argc, char** argv) {
   fastest.memory_fraction = 1e12;  // every layout "fits": the fastest wins
   auto m = disagmoe::model_preset("qwen3-235b-a22b");
   m.seq_len = seqs.back();
-  std::printf("\nsimulator speed, %s seq %d on %s (median of 5 simulate() calls, build excluded; "
+  std::printf("\nsimulator speed, %s seq %d on %s (median of %d simulate() calls, build excluded; "
               "wall and CPU time of this thread)\n",
-              m.name.c_str(), m.seq_len, cluster.name.c_str());
+              m.name.c_str(), m.seq_len, cluster.name.c_str(), reps);
   if (double la[3]; getloadavg(la, 3) == 3)
     std::printf("load average %.2f %.2f %.2f (the machine is shared; compare CPU ms)\n", la[0], la[1], la[2]);
   std::printf("%-13s %-28s %8s %10s %10s %12s\n", "schedule", "layout", "ops", "wall ms", "CPU ms", "CPU ns/op");
@@ -183,6 +187,7 @@ int main(int argc, char** argv) {
   for (const auto& v : kVariants) cases.emplace_back(v, &fastest);
   cases.emplace_back(Variant{"afpipe(fits)", "afpipe", 1}, &cost);
   for (const auto& [v, co] : cases) {
+    if (!only.empty() && v.label != only) continue;  // time one schedule (profiling)
     ds::PolicyKnobs k;
     k.chunks = v.chunks;
     ds::Simulated s;
@@ -192,7 +197,7 @@ int main(int argc, char** argv) {
       continue;
     }
     std::vector<double> wall, cpu;
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < reps; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       const double c0 = thread_cpu_seconds();
       const auto r = ds::simulate(s.schedule);
