@@ -189,11 +189,12 @@ class Simulator {
         continue;
       }
       o.flags |= kComm;
+      o.peer = op.peer;
       if (op.uses_sms) o.flags |= kSms;
       const CommUses cu = comm_uses(s_, op);
       if (cu.empty()) continue;
       o.uses = static_cast<int>(uses_.size());
-      uses_.push_back({cu, op.peer});
+      uses_.push_back(cu);
       for (const auto& u : cu) {
         if (u.resource % 4 < 2) o.flags |= kRemote;
         if (cap_[static_cast<std::size_t>(u.resource)] > 0) continue;
@@ -229,9 +230,13 @@ class Simulator {
  private:
   enum State : std::uint8_t { kWaiting, kLatency, kRunning, kDone };
   enum Flag : std::uint8_t { kComm = 1, kSms = 2, kUnordered = 4, kRemote = 8 };
-  // One cache line per op (the peer of a comm op lives in its Uses entry).
+  // One cache line per op: starting an op reads nothing else about it (the peer of a
+  // comm op lives here, not in its Uses entry, which only its flow needs).
   struct alignas(64) Node {
-    double seconds = 0;         // compute: time at the worker's full rate
+    union {
+      double seconds = 0;       // compute: time at the worker's full rate
+      int peer;                 // comm: the other worker
+    };
     double alloc = 0;           // bytes allocated at start / released at end, per GPU
     double release = 0;
     double left = 1;            // fraction of work left
@@ -251,10 +256,6 @@ class Simulator {
     int deps_left;
     int heap;
   };
-  struct Uses {
-    CommUses u;
-    int peer = -1;
-  };
   struct WorkerState {
     std::array<int, kStreams> compute{};  // running compute ops (at most one per compute stream)
     int ncompute = 0;
@@ -273,8 +274,7 @@ class Simulator {
   static bool earlier(const Entry& a, const Entry& b) { return a.time < b.time || (a.time == b.time && a.op < b.op); }
 
   Node& node(int id) { return nodes_[static_cast<std::size_t>(id)]; }
-  const CommUses& uses_of(const Node& o) const { return uses_[static_cast<std::size_t>(o.uses)].u; }
-  int peer_of(const Node& o) const { return uses_[static_cast<std::size_t>(o.uses)].peer; }
+  const CommUses& uses_of(const Node& o) const { return uses_[static_cast<std::size_t>(o.uses)]; }
 
   // ── indexed binary heap ──
   void place(std::size_t i, const Entry& e) {
@@ -371,7 +371,7 @@ class Simulator {
       return;
     }
     if (o.uses < 0) return instant(id);
-    const int peer = peer_of(o);
+    const int peer = o.peer;
     const bool sms = (o.flags & kSms) != 0;
     touch(o.worker);
     ++wk.comm;
@@ -465,7 +465,7 @@ class Simulator {
         rerate_compute(o.worker);
       }
     } else if (o.uses >= 0) {
-      const int peer = peer_of(o);
+      const int peer = o.peer;
       const bool sms = (o.flags & kSms) != 0;
       touch(o.worker);
       --wk.comm;
@@ -588,10 +588,10 @@ class Simulator {
     std::vector<std::size_t> qbeg, head;
     std::vector<int> succ_start, succ, fill, scratch;
     std::vector<Gate> gate;
-    std::vector<Uses> uses;
+    std::vector<CommUses> uses;
     std::vector<Entry> heap;
     [[nodiscard]] std::size_t bytes() const {
-      return nodes.capacity() * sizeof(Node) + uses.capacity() * sizeof(Uses) +
+      return nodes.capacity() * sizeof(Node) + uses.capacity() * sizeof(CommUses) +
              gate.capacity() * sizeof(Gate) +
              (q.capacity() + succ_start.capacity() + succ.capacity() + fill.capacity()) * sizeof(int);
     }
@@ -619,7 +619,7 @@ class Simulator {
   std::vector<int>& fill_ = b_.fill;
   std::vector<Gate>& gate_ = b_.gate;
   std::vector<int>& scratch_ = b_.scratch;
-  std::vector<Uses>& uses_ = b_.uses;
+  std::vector<CommUses>& uses_ = b_.uses;
   std::vector<Entry>& heap_ = b_.heap;
   double now_ = 0;
   std::size_t done_ = 0;
