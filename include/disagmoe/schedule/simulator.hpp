@@ -126,7 +126,7 @@ inline double capacity(const Schedule& s, int resource) {
   return resource % 4 < 2 ? w.nic_bandwidth : w.nvlink_bandwidth;
 }
 
-// The event engine. Hot data is flat: one 80-byte Node per op (costs, indices and
+// The event engine. Hot data is flat: one 64-byte Node per op (costs, indices and
 // mutable state together, so an event touches one cache line of op data), stream
 // orders concatenated into one array with per-(worker, stream) heads, successors in
 // CSR form, per-resource capacities in an array, and an indexed binary heap that holds
@@ -357,6 +357,13 @@ class Simulator {
     // 192k ops, whose loop is bound by misses on ops touched in event order).
     if (o.pos >= 0 && static_cast<std::size_t>(o.pos) + 1 < q_.size())
       __builtin_prefetch(&nodes_[static_cast<std::size_t>(q_[static_cast<std::size_t>(o.pos) + 1])]);
+    // Likewise the ops that depend on it: their counters are decremented, and their
+    // nodes read if it was their last dependency, when it ends (-5% for AF-Pipe).
+    for (int e = succ_start_[static_cast<std::size_t>(id)]; e < succ_start_[static_cast<std::size_t>(id) + 1]; ++e) {
+      const auto d = static_cast<std::size_t>(succ_[static_cast<std::size_t>(e)]);
+      __builtin_prefetch(&gate_[d], 1);
+      __builtin_prefetch(&nodes_[d], 1);
+    }
     auto& wk = ws_[static_cast<std::size_t>(o.worker)];
     wk.mem += o.alloc;
     wk.m.peak_activation_bytes = std::max(wk.m.peak_activation_bytes, wk.mem);
