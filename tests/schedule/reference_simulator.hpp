@@ -7,6 +7,7 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/schedule/comm_links.hpp>
 #include <disagmoe/schedule/op.hpp>
 #include <disagmoe/schedule/simulator.hpp>
 

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/schedule/comm_links.hpp>
 #include <disagmoe/schedule/op.hpp>
 
 #include <algorithm>
@@ -74,57 +75,6 @@ struct SimResult {
 };
 
 namespace detail {
-
-struct CommUse {
-  int resource;
-  double bytes;
-};
-
-// At most four resources per comm op (NIC and NVLink, each direction).
-struct CommUses {
-  std::array<CommUse, 4> use{};
-  int n = 0;
-  void push_back(CommUse u) { use[static_cast<std::size_t>(n++)] = u; }
-  [[nodiscard]] bool empty() const { return n == 0; }
-  [[nodiscard]] const CommUse* begin() const { return use.data(); }
-  [[nodiscard]] const CommUse* end() const { return use.data() + n; }
-};
-
-// Bytes a comm op moves over each resource. Resources per worker w:
-// 4w + 0 NIC tx, +1 NIC rx, +2 NVLink tx, +3 NVLink rx.
-inline CommUses comm_uses(const Schedule& s, const Op& op) {
-  const Worker& a = s.workers[static_cast<std::size_t>(op.worker)];
-  const Worker& b = s.workers[static_cast<std::size_t>(op.peer)];
-  double nic = 0, nvl = 0;
-  if (op.worker == op.peer) {
-    // Uniform destinations over the group: own GPU stays, same-node peers use NVLink.
-    nic = op.bytes * (a.gpus - a.gpus_per_node()) / a.gpus;
-    nvl = op.bytes * (a.gpus_per_node() - 1) / a.gpus;
-  } else {
-    const int lo = std::max(a.first_node, b.first_node);
-    const int hi = std::min(a.first_node + a.nodes, b.first_node + b.nodes);
-    const double local = hi > lo ? double(hi - lo) / a.nodes * b.gpus_per_node() / b.gpus : 0.0;
-    nvl = op.bytes * local;
-    nic = op.bytes - nvl;
-  }
-  // Receiver GPUs get the sender's bytes spread out (times the op's imbalance factor).
-  const double scale = double(a.gpus) / b.gpus * op.rx_scale;
-  CommUses u;
-  if (nic > 0) {
-    u.push_back({4 * op.worker + 0, nic});
-    u.push_back({4 * op.peer + 1, nic * scale});
-  }
-  if (nvl > 0) {
-    u.push_back({4 * op.worker + 2, nvl});
-    u.push_back({4 * op.peer + 3, nvl * scale});
-  }
-  return u;
-}
-
-inline double capacity(const Schedule& s, int resource) {
-  const Worker& w = s.workers[static_cast<std::size_t>(resource / 4)];
-  return resource % 4 < 2 ? w.nic_bandwidth : w.nvlink_bandwidth;
-}
 
 // The event engine. Hot data is flat: one 64-byte Node per op (costs, indices and
 // mutable state together, so an event touches one cache line of op data), stream
