@@ -163,3 +163,32 @@ TEST_CASE("bad schedules are ConfigErrors naming the field") {
   u.add(c);
   CHECK_THROWS_AS(ds::simulate(u), disagmoe::ConfigError);
 }
+
+TEST_CASE("stream orders that do not list every op once on its own stream are ConfigErrors") {
+  auto base = two_workers(true);
+  base.add(work(0, ds::Stream::kForward, 1.0));
+  base.add(work(1, ds::Stream::kBackward, 1.0));
+  REQUIRE_NOTHROW(ds::validate(base));
+  auto twice = base;  // op 0 listed again on its own stream
+  twice.order[0][0].push_back(0);
+  CHECK_THROWS_WITH_AS(ds::validate(twice), doctest::Contains("Schedule.order[0][0] = 0"), disagmoe::ConfigError);
+  CHECK_THROWS_WITH_AS(ds::validate(twice), doctest::Contains("each op listed once"), disagmoe::ConfigError);
+  auto moved = base;  // op 1 (worker 1, bwd) listed on worker 0's comm stream instead
+  moved.order[1][1].clear();
+  moved.order[0][2].push_back(1);
+  CHECK_THROWS_WITH_AS(ds::validate(moved), doctest::Contains("Schedule.order[0][2] = 1"), disagmoe::ConfigError);
+  CHECK_THROWS_WITH_AS(ds::validate(moved), doctest::Contains("an op of this worker and stream"),
+                       disagmoe::ConfigError);
+  auto missing = base;
+  missing.order[1][1].clear();
+  CHECK_THROWS_WITH_AS(ds::validate(missing), doctest::Contains("Schedule.ops[1] = 1"), disagmoe::ConfigError);
+  auto range = base;
+  range.order[1][0].push_back(5);
+  CHECK_THROWS_WITH_AS(ds::validate(range), doctest::Contains("an op id below 2"), disagmoe::ConfigError);
+  auto worker = base;
+  worker.ops[1].worker = 9;
+  CHECK_THROWS_WITH_AS(ds::validate(worker), doctest::Contains("Schedule.ops[1].worker = 9"), disagmoe::ConfigError);
+  auto stream = base;
+  stream.ops[0].stream = static_cast<ds::Stream>(7);
+  CHECK_THROWS_WITH_AS(ds::validate(stream), doctest::Contains("Schedule.ops[0].stream = 7"), disagmoe::ConfigError);
+}

@@ -13,6 +13,7 @@
 
 #include <disagmoe/error.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -171,11 +172,21 @@ struct Schedule {
   }
 };
 
-/// Throws ConfigError naming the first inconsistency: bad worker fields, an op on a
-/// non-existent worker or peer, a dependency id out of range or on itself, negative
-/// costs, or an `order` that does not list every op exactly once on its own stream.
-/// O(ops + deps).
-inline void validate(const Schedule& s) {
+namespace detail {
+
+/// Where each op sits in the stream orders concatenated worker by worker, stream by
+/// stream: `pos[id]` is its index in that concatenation, and (worker, stream) pair `wk`
+/// (= worker × kStreams + stream) occupies [begin[wk], begin[wk + 1]).
+struct StreamSlots {
+  std::vector<int> pos;
+  std::vector<std::size_t> begin;
+};
+
+/// validate(s) that also fills `slots`. The order lists are read in sequence and each
+/// op's slot is written to a small int array; the ops are then read in sequence and
+/// checked against their slots, so no pass reads the (large) ops in stream order, which
+/// is scattered in memory for a schedule emitted micro-batch by micro-batch.
+inline void validate(const Schedule& s, StreamSlots& slots) {
   const int nw = static_cast<int>(s.workers.size());
   expect(nw > 0, "Schedule.workers", nw, "at least one worker");
   // Field names are built only on failure: this runs once per simulation over every op.
@@ -192,24 +203,40 @@ inline void validate(const Schedule& s) {
           "non-negative bandwidths");
   }
   const int n = static_cast<int>(s.ops.size());
-  std::vector<int> seen(static_cast<std::size_t>(n), 0);
-  const std::string id_below = "an op id below " + std::to_string(n);
-  const std::string worker_below = "a worker index below " + std::to_string(nw);
   expect(static_cast<int>(s.order.size()) == nw, "Schedule.order.size()", s.order.size(),
          "one entry per worker (" + std::to_string(nw) + ")");
-  for (int w = 0; w < nw; ++w)
-    for (int st = 0; st < kStreams; ++st)
-      for (int id : s.order[static_cast<std::size_t>(w)][static_cast<std::size_t>(st)]) {
-        auto f = [&] { return "Schedule.order[" + std::to_string(w) + "][" + std::to_string(st) + "]"; };
-        check(id >= 0 && id < n, f, id, id_below);
-        const auto& op = s.ops[static_cast<std::size_t>(id)];
-        check(op.worker == w && static_cast<int>(op.stream) == st, f, id, "an op of this worker and stream");
-        check(++seen[static_cast<std::size_t>(id)] == 1, f, id, "each op listed once");
-      }
+  auto& pos = slots.pos;
+  auto& begin = slots.begin;
+  pos.assign(static_cast<std::size_t>(n), -1);
+  begin.assign(static_cast<std::size_t>(nw) * kStreams + 1, 0);
+  auto stream_name = [](std::size_t wk) {
+    return "Schedule.order[" + std::to_string(wk / kStreams) + "][" + std::to_string(wk % kStreams) + "]";
+  };
+  const std::string id_below = "an op id below " + std::to_string(n);
+  int next = 0;
+  for (std::size_t wk = 0; wk < begin.size() - 1; ++wk) {
+    begin[wk] = static_cast<std::size_t>(next);
+    for (int id : s.order[wk / kStreams][wk % kStreams]) {
+      check(id >= 0 && id < n, [&] { return stream_name(wk); }, id, id_below);
+      check(pos[static_cast<std::size_t>(id)] < 0, [&] { return stream_name(wk); }, id, "each op listed once");
+      pos[static_cast<std::size_t>(id)] = next++;
+    }
+  }
+  begin.back() = static_cast<std::size_t>(next);
+  const std::string worker_below = "a worker index below " + std::to_string(nw);
   for (int i = 0; i < n; ++i) {
     const auto& op = s.ops[static_cast<std::size_t>(i)];
     auto f = [i](const char* leaf) { return "Schedule.ops[" + std::to_string(i) + "]" + leaf; };
-    check(seen[static_cast<std::size_t>(i)] == 1, [&] { return f(""); }, i, "an op listed in its stream's order");
+    const int at = pos[static_cast<std::size_t>(i)];
+    check(at >= 0, [&] { return f(""); }, i, "an op listed in its stream's order");
+    check(op.worker >= 0 && op.worker < nw, [&] { return f(".worker"); }, op.worker, worker_below);
+    check(static_cast<int>(op.stream) < kStreams, [&] { return f(".stream"); }, static_cast<int>(op.stream),
+          "fwd, bwd or comm");
+    const std::size_t wk = static_cast<std::size_t>(op.worker) * kStreams + static_cast<std::size_t>(op.stream);
+    if (static_cast<std::size_t>(at) < begin[wk] || static_cast<std::size_t>(at) >= begin[wk + 1]) {
+      const auto listed = std::upper_bound(begin.begin(), begin.end(), static_cast<std::size_t>(at)) - begin.begin() - 1;
+      fail(stream_name(static_cast<std::size_t>(listed)), i, "an op of this worker and stream");
+    }
     check(op.seconds >= 0 && op.bytes >= 0 && op.alloc_bytes >= 0 && op.free_bytes >= 0,
           [&] { return f(".seconds"); }, op.seconds, "non-negative costs");
     check(op.rx_scale > 0 && op.rx_scale < 1e300, [&] { return f(".rx_scale"); }, op.rx_scale,
@@ -223,6 +250,17 @@ inline void validate(const Schedule& s) {
     }
     for (int d : op.deps) check(d >= 0 && d < n && d != i, [&] { return f(".deps"); }, d, "another op's id");
   }
+}
+
+}  // namespace detail
+
+/// Throws ConfigError naming the first inconsistency: bad worker fields, an op on a
+/// non-existent worker or peer, a dependency id out of range or on itself, negative
+/// costs, or an `order` that does not list every op exactly once on its own stream.
+/// O(ops + deps).
+inline void validate(const Schedule& s) {
+  detail::StreamSlots slots;
+  detail::validate(s, slots);
 }
 
 }  // namespace disagmoe::schedule

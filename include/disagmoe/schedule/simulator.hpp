@@ -90,10 +90,10 @@ class Simulator {
   explicit Simulator(const Schedule& s) : s_(s) {}
 
   SimResult run() {
-    validate(s_);
+    detail::validate(s_, slots_);
     const std::size_t n = s_.ops.size();
     const std::size_t nw = s_.workers.size();
-    nodes_.assign(n, {});
+    nodes_.resize(n);
     res_.timings.assign(n, {});
     res_.ops = n;
     ws_.assign(nw, {});
@@ -101,25 +101,12 @@ class Simulator {
     for (auto& f : flows_on_) f.clear();
     cap_.resize(4 * nw);
     for (std::size_t r = 0; r < 4 * nw; ++r) cap_[r] = capacity(s_, static_cast<int>(r));
-    // Stream orders, concatenated; an op's position is its index in q_.
+    // Stream orders, concatenated (validate numbered each op's place in q_).
     q_.clear();
-    q_.reserve(n);
-    qbeg_.assign(nw * kStreams + 1, 0);
-    head_.assign(nw * kStreams, 0);
-    for (std::size_t w = 0; w < nw; ++w) {
-      const bool unordered = !s_.workers[w].in_order_comm;
-      for (std::size_t k = 0; k < kStreams; ++k) {
-        const std::size_t wk = w * kStreams + k;
-        qbeg_[wk] = head_[wk] = q_.size();
-        for (int id : s_.order[w][k]) {
-          Node& o = nodes_[static_cast<std::size_t>(id)];
-          if (k == 2 && unordered) o.flags |= kUnordered;
-          else o.pos = static_cast<int>(q_.size());
-          q_.push_back(id);
-        }
-      }
-    }
-    qbeg_[nw * kStreams] = q_.size();
+    for (const auto& streams : s_.order)
+      for (const auto& ids : streams) q_.insert(q_.end(), ids.begin(), ids.end());
+    const auto& qbeg = slots_.begin;
+    head_.assign(qbeg.begin(), qbeg.end() - 1);
     // Per-op constants, dependency counters and successor counts in one pass over the
     // ops (each pass reads every Op and its deps array), then successors in CSR form.
     succ_start_.assign(n + 1, 0);
@@ -130,6 +117,11 @@ class Simulator {
       gate_[i] = {static_cast<int>(op.deps.size()), -1};
       for (int d : op.deps) ++succ_start_[static_cast<std::size_t>(d) + 1];
       Node& o = nodes_[i];
+      o = Node{};
+      if (op.stream == Stream::kComm && !s_.workers[static_cast<std::size_t>(op.worker)].in_order_comm)
+        o.flags |= kUnordered;
+      else
+        o.pos = slots_.pos[i];
       o.worker = op.worker;
       o.stream = static_cast<std::uint8_t>(op.stream);
       o.alloc = op.alloc_bytes;
@@ -295,7 +287,7 @@ class Simulator {
   void try_start_head(int w, int k) {
     if (k == 2 && !s_.workers[static_cast<std::size_t>(w)].in_order_comm) return;
     const std::size_t wk = static_cast<std::size_t>(w) * kStreams + static_cast<std::size_t>(k);
-    if (head_[wk] < qbeg_[wk + 1]) try_start(q_[head_[wk]]);
+    if (head_[wk] < slots_.begin[wk + 1]) try_start(q_[head_[wk]]);
   }
 
   void try_start(int id) {
@@ -305,8 +297,12 @@ class Simulator {
     // Whatever follows this op in its stream is started when it ends: load its node now,
     // an op's duration ahead, instead of missing on it then (-10% CPU for AF-Pipe at
     // 192k ops, whose loop is bound by misses on ops touched in event order).
-    if (o.pos >= 0 && static_cast<std::size_t>(o.pos) + 1 < q_.size())
-      __builtin_prefetch(&nodes_[static_cast<std::size_t>(q_[static_cast<std::size_t>(o.pos) + 1])]);
+    if (o.pos >= 0 && static_cast<std::size_t>(o.pos) + 1 < q_.size()) {
+      const auto next = static_cast<std::size_t>(q_[static_cast<std::size_t>(o.pos) + 1]);
+      __builtin_prefetch(&nodes_[next]);
+      __builtin_prefetch(&gate_[next]);
+      __builtin_prefetch(&succ_start_[next]);
+    }
     // Likewise the ops that depend on it: their counters are decremented, and their
     // nodes read if it was their last dependency, when it ends (-5% for AF-Pipe).
     for (int e = succ_start_[static_cast<std::size_t>(id)]; e < succ_start_[static_cast<std::size_t>(id) + 1]; ++e) {
@@ -343,6 +339,9 @@ class Simulator {
       rerate_compute(o.worker);
       if (peer != o.worker) rerate_compute(peer);
     }
+    // Its flow begins after the latency and reads the link uses then: load them now.
+    __builtin_prefetch(&uses_of(o));
+    __builtin_prefetch(reinterpret_cast<const char*>(&uses_of(o)) + 64);
     const double lat = (o.flags & kRemote) != 0 ? s_.network.nic_latency : s_.network.nvlink_latency;
     o.state = kLatency;
     push(id, now_ + lat);
@@ -484,7 +483,7 @@ class Simulator {
         const std::size_t wk = w * kStreams + k;
         if (k == 2 && !s_.workers[w].in_order_comm) {
           for (int id : s_.order[w][k]) blocked(id);
-        } else if (head_[wk] < qbeg_[wk + 1]) {
+        } else if (head_[wk] < slots_.begin[wk + 1]) {
           blocked(q_[head_[wk]]);
         }
       }
@@ -533,16 +532,18 @@ class Simulator {
   }
 
   // Scratch arrays, kept per thread between calls: a search simulates hundreds of
-  // schedules in a row, and fresh multi-megabyte arrays cost a page fault per 4 KiB on
-  // every call (a third of a 10^5-op simulation on a VM). Released after a call whose
-  // arrays exceed kKeepBytes, so at most that much stays allocated per thread.
+  // schedules in a row, and fresh arrays cost a page fault per 4 KiB on every call (on
+  // the CI VM 3 ms per MiB: 0.45 s of a 1.4M-op simulation's 0.65 s). Released after a
+  // call whose arrays exceed kKeepBytes (about 2M ops), so at most that much stays
+  // allocated per thread.
   struct Buffers {
     std::vector<Node> nodes;
     std::vector<WorkerState> ws;
     std::vector<std::vector<int>> flows_on;
     std::vector<double> cap;
     std::vector<int> q;
-    std::vector<std::size_t> qbeg, head;
+    StreamSlots slots;
+    std::vector<std::size_t> head;
     std::vector<int> succ_start, succ, fill, scratch;
     std::vector<Gate> gate;
     std::vector<CommUses> uses;
@@ -550,10 +551,10 @@ class Simulator {
     [[nodiscard]] std::size_t bytes() const {
       return nodes.capacity() * sizeof(Node) + uses.capacity() * sizeof(CommUses) +
              gate.capacity() * sizeof(Gate) +
-             (q.capacity() + succ_start.capacity() + succ.capacity() + fill.capacity()) * sizeof(int);
+             (q.capacity() + slots.pos.capacity() + succ_start.capacity() + succ.capacity() + fill.capacity()) * sizeof(int);
     }
   };
-  static constexpr std::size_t kKeepBytes = std::size_t{64} << 20;
+  static constexpr std::size_t kKeepBytes = std::size_t{256} << 20;
   static Buffers& buffers() {
     thread_local Buffers b;
     return b;
@@ -569,7 +570,7 @@ class Simulator {
   std::vector<std::vector<int>>& flows_on_ = b_.flows_on;
   std::vector<double>& cap_ = b_.cap;
   std::vector<int>& q_ = b_.q;                      // stream orders, concatenated
-  std::vector<std::size_t>& qbeg_ = b_.qbeg;        // per (worker, stream): first index in q_
+  StreamSlots& slots_ = b_.slots;                   // per op: index in q_; per (worker, stream): first
   std::vector<std::size_t>& head_ = b_.head;        // per (worker, stream): next to run
   std::vector<int>& succ_start_ = b_.succ_start;
   std::vector<int>& succ_ = b_.succ;
