@@ -64,6 +64,10 @@ struct AFPipe {
     for (auto& w : s.workers) w.in_order_comm = false;
     s.network = pb.network;
     s.order.resize(s.workers.size());
+    // At most 12 ops per micro-batch and layer (10 with stage alignment), plus the
+    // all-reduces: reserved once, so that a 10^6-op step is not copied while it grows
+    // (untouched reserved pages cost nothing; fresh touched ones are slow on a VM).
+    s.ops.reserve(static_cast<std::size_t>(m) * static_cast<std::size_t>(L) * 12 + 2 * static_cast<std::size_t>(L));
     s.tokens_per_step = pb.tokens_per_micro_batch * m;
     s.flops_per_step = pb.flops_per_micro_batch * m;
 
