@@ -383,25 +383,23 @@ class Simulator {
     }
   }
 
+  // Re-rates every flow on the given links. A flow on two of them is visited twice; the
+  // second visit changes nothing (advancing by zero time, then the same rate), and each
+  // flow's update reads only link flow counts, so no de-duplication or order is needed.
   void rerate_flows(const CommUses& uses) {
-    auto& ids = scratch_;
-    ids.clear();
-    for (const auto& u : uses)
-      for (int id : flows_on_[static_cast<std::size_t>(u.resource)]) ids.push_back(id);
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    for (int id : ids) {
-      Node& o = node(id);
-      advance(o);
-      double rate = std::numeric_limits<double>::infinity();
-      for (const auto& u : uses_of(o)) {
-        const auto r = static_cast<std::size_t>(u.resource);
-        rate = std::min(rate, cap_[r] / (static_cast<double>(flows_on_[r].size()) * u.bytes));
+    for (const auto& link : uses)
+      for (int id : flows_on_[static_cast<std::size_t>(link.resource)]) {
+        Node& o = node(id);
+        advance(o);
+        double rate = std::numeric_limits<double>::infinity();
+        for (const auto& u : uses_of(o)) {
+          const auto r = static_cast<std::size_t>(u.resource);
+          rate = std::min(rate, cap_[r] / (static_cast<double>(flows_on_[r].size()) * u.bytes));
+        }
+        if (rate == o.rate) continue;  // its pending event is still exact
+        o.rate = rate;
+        push(id, now_ + o.left / o.rate);
       }
-      if (rate == o.rate) continue;  // its pending event is still exact
-      o.rate = rate;
-      push(id, now_ + o.left / o.rate);
-    }
   }
 
   void finish(int id) {
@@ -544,7 +542,7 @@ class Simulator {
     std::vector<int> q;
     StreamSlots slots;
     std::vector<std::size_t> head;
-    std::vector<int> succ_start, succ, fill, scratch;
+    std::vector<int> succ_start, succ, fill;
     std::vector<Gate> gate;
     std::vector<CommUses> uses;
     std::vector<Entry> heap;
@@ -576,7 +574,6 @@ class Simulator {
   std::vector<int>& succ_ = b_.succ;
   std::vector<int>& fill_ = b_.fill;
   std::vector<Gate>& gate_ = b_.gate;
-  std::vector<int>& scratch_ = b_.scratch;
   std::vector<CommUses>& uses_ = b_.uses;
   std::vector<Entry>& heap_ = b_.heap;
   double now_ = 0;
