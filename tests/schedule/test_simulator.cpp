@@ -185,10 +185,21 @@ TEST_CASE("stream orders that do not list every op once on its own stream are Co
   auto range = base;
   range.order[1][0].push_back(5);
   CHECK_THROWS_WITH_AS(ds::validate(range), doctest::Contains("an op id below 2"), disagmoe::ConfigError);
+  auto negative = base;
+  negative.order[0][1].push_back(-1);
+  CHECK_THROWS_WITH_AS(ds::validate(negative), doctest::Contains("Schedule.order[0][1] = -1"),
+                       disagmoe::ConfigError);
+  // The simulator validates the same way before it uses the slots.
+  CHECK_THROWS_WITH_AS(ds::simulate(moved), doctest::Contains("an op of this worker and stream"),
+                       disagmoe::ConfigError);
+  CHECK_THROWS_WITH_AS(ds::simulate(missing), doctest::Contains("Schedule.ops[1] = 1"), disagmoe::ConfigError);
   auto worker = base;
   worker.ops[1].worker = 9;
   CHECK_THROWS_WITH_AS(ds::validate(worker), doctest::Contains("Schedule.ops[1].worker = 9"), disagmoe::ConfigError);
-  auto stream = base;
-  stream.ops[0].stream = static_cast<ds::Stream>(7);
-  CHECK_THROWS_WITH_AS(ds::validate(stream), doctest::Contains("Schedule.ops[0].stream = 7"), disagmoe::ConfigError);
+  for (int bad : {3, 7}) {  // kStreams itself is the first invalid value
+    auto stream = base;
+    stream.ops[1].stream = static_cast<ds::Stream>(bad);
+    const std::string field = "Schedule.ops[1].stream = " + std::to_string(bad);
+    CHECK_THROWS_WITH_AS(ds::validate(stream), doctest::Contains(field.c_str()), disagmoe::ConfigError);
+  }
 }

@@ -88,6 +88,10 @@ namespace detail {
 class Simulator {
  public:
   explicit Simulator(const Schedule& s) : s_(s) {}
+  // On every exit, a ConfigError from validation or setup included.
+  ~Simulator() { release_if_large(); }
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
 
   SimResult run() {
     detail::validate(s_, slots_);
@@ -164,9 +168,7 @@ class Simulator {
       if (nodes_[static_cast<std::size_t>(e.op)].state == kLatency) begin_flow(e.op);
       else finish(e.op);
     }
-    SimResult r = finalize();
-    release_if_large();
-    return r;
+    return finalize();
   }
 
  private:
@@ -548,7 +550,7 @@ class Simulator {
     std::vector<Entry> heap;
     [[nodiscard]] std::size_t bytes() const {
       return nodes.capacity() * sizeof(Node) + uses.capacity() * sizeof(CommUses) +
-             gate.capacity() * sizeof(Gate) +
+             gate.capacity() * sizeof(Gate) + heap.capacity() * sizeof(Entry) +
              (q.capacity() + slots.pos.capacity() + succ_start.capacity() + succ.capacity() + fill.capacity()) * sizeof(int);
     }
   };
