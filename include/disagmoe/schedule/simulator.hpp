@@ -589,6 +589,8 @@ class Simulator {
 /// when `s` is malformed (validate) or a comm op needs a link of zero bandwidth; a
 /// schedule that cannot finish is a value: `deadlocked` with a report, not an exception.
 /// O(ops + deps + events × log(ops in flight)); events are O(ops × concurrent flows).
+/// Thread-safe (each thread has its own scratch); the calling thread keeps its scratch
+/// arrays (≈ 140 bytes per op) for the next call unless they exceed 256 MiB.
 inline SimResult simulate(const Schedule& s) { return detail::Simulator(s).run(); }
 
 }  // namespace disagmoe::schedule
