@@ -105,9 +105,12 @@ endfunction()
 function(disagmoe_add_compile_fail_test)
   cmake_parse_arguments(T "" "NAME;SOURCE;EXPECT" "CASES" ${ARGN})
   foreach(c IN LISTS T_CASES)
+    # Eigen's include directory too: the compute concepts name model::Matrix.
     add_test(NAME ${T_NAME}_${c}
              COMMAND ${CMAKE_CXX_COMPILER} -std=c++20 -fsyntax-only -I${PROJECT_SOURCE_DIR}/include
-                     -DCASE_${c} "${CMAKE_CURRENT_SOURCE_DIR}/${T_SOURCE}")
+                     "-I$<JOIN:$<TARGET_PROPERTY:Eigen3::Eigen,INTERFACE_INCLUDE_DIRECTORIES>,;-I>"
+                     -DCASE_${c} "${CMAKE_CURRENT_SOURCE_DIR}/${T_SOURCE}"
+             COMMAND_EXPAND_LISTS)
     set_tests_properties(${T_NAME}_${c} PROPERTIES LABELS compile_fail TIMEOUT 120)
     if(NOT c STREQUAL "model")
       set_tests_properties(${T_NAME}_${c} PROPERTIES PASS_REGULAR_EXPRESSION "${T_EXPECT}")

@@ -29,3 +29,11 @@
 #include <disagmoe/backend/host/token_kernels.hpp>
 #include <disagmoe/comm/groups.hpp>
 #include <disagmoe/comm/m2n_channel.hpp>
+// Reference compute (model/): Mixtral-style decoder ops with hand-written backward.
+#include <disagmoe/model/presets.hpp>
+#include <disagmoe/model/reference_attention.hpp>
+#include <disagmoe/model/reference_experts.hpp>
+// Training (runtime/): compute concepts, stages, AdamW, the colocated trainer, data, checkpoints.
+#include <disagmoe/runtime/byte_corpus.hpp>
+#include <disagmoe/runtime/checkpoint.hpp>
+#include <disagmoe/runtime/colocated_trainer.hpp>

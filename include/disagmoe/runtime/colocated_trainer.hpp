@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file colocated_trainer.hpp
+/// `ColocatedTrainer`: the whole model on one worker — one `AttentionStage` holding every
+/// layer and both edges, one `ExpertStage` holding every expert — trained with gradient
+/// accumulation over micro-batches, global-norm clipping and AdamW. It is the reference
+/// that a disaggregated run must reproduce, and uses the same stages and computes.
+#pragma once
+
+#include <disagmoe/error.hpp>
+#include <disagmoe/runtime/adamw.hpp>
+#include <disagmoe/runtime/attention_stage.hpp>
+#include <disagmoe/runtime/expert_stage.hpp>
+#include <disagmoe/runtime/local_dispatch.hpp>
+#include <disagmoe/runtime/lr_schedule.hpp>
+#include <disagmoe/spec/model_spec.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace disagmoe::runtime {
+
+/// Optimisation knobs of a training run.
+struct TrainOptions {
+  int micro_batches = 1;     ///< micro-batches per step (gradient accumulation)
+  AdamWOptions adamw;
+  LrSchedule lr;
+  double clip_norm = 1.0;    ///< global gradient-norm clip; 0 disables
+};
+
+/// Throws ConfigError naming the first invalid field.
+inline void validate(const TrainOptions& o) {
+  expect(o.micro_batches >= 1, "TrainOptions.micro_batches", o.micro_batches, "a positive integer");
+  validate(o.adamw);
+  validate(o.lr);
+  expect(o.clip_norm >= 0 && std::isfinite(o.clip_norm), "TrainOptions.clip_norm", o.clip_norm,
+         "a finite value >= 0 (0 disables clipping)");
+}
+
+/// What one step measured. Losses are means over the step's micro-batches.
+struct StepStats {
+  double loss = 0;       ///< language-model cross-entropy, nats per byte
+  double aux_loss = 0;   ///< sum over MoE layers of aux_loss_coef * load-balancing loss
+  double z_loss = 0;     ///< sum over MoE layers of z_loss_coef * router z-loss
+  double grad_norm = 0;  ///< global gradient norm before clipping
+  double lr = 0;         ///< learning rate used
+};
+
+/// A batch of `sequences` rows of `seq_len` byte ids, row-major, and their targets.
+struct TokenBatch {
+  std::span<const int> inputs, targets;
+  int sequences = 0;
+};
+
+/// See the file comment. `Attention` and `Experts` must share a scalar type.
+template <attention_compute Attention, expert_compute Experts>
+class ColocatedTrainer {
+ public:
+  using T = typename Attention::scalar_type;
+  static_assert(std::is_same_v<T, typename Experts::scalar_type>,
+                "attention and expert computes must use one scalar type");
+  using Matrix = model::Matrix<T>;
+
+  /// `spec.seq_len` is the sequence length the batches are cut into.
+  ColocatedTrainer(Attention attention, Experts experts, const ModelSpec& spec, TrainOptions options,
+                   StageOptions stage = {})
+      : spec_(spec),
+        options_(options),
+        attention_(std::move(attention), spec, full_attention_layout(spec), stage),
+        experts_(std::move(experts), spec, all_experts(spec), stage) {
+    validate(options_);
+  }
+
+  /// One optimizer step on `batch` (its sequences split evenly into micro-batches):
+  /// gradients, global-norm clipping, AdamW at the scheduled rate.
+  StepStats step(const TokenBatch& batch) {
+    StepStats st = compute_gradients(batch);
+    // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above max_norm.
+    const double clip = options_.clip_norm > 0 && st.grad_norm > options_.clip_norm
+                            ? options_.clip_norm / (st.grad_norm + 1e-6) : 1.0;
+    st.lr = options_.lr.at(step_);
+    ++step_;
+    attention_.parameters().adamw_step(options_.adamw, st.lr, clip, step_);
+    experts_.parameters().adamw_step(options_.adamw, st.lr, clip, step_);
+    return st;
+  }
+
+  /// Forward and backward of every micro-batch of `batch`: the gradients of the step's
+  /// objective (loss + aux_loss + z_loss, each a mean over micro-batches) are left in the
+  /// stages' parameter sets; nothing is updated.
+  StepStats compute_gradients(const TokenBatch& batch) {
+    const int m = options_.micro_batches;
+    check_batch(batch);
+    expect(batch.sequences % m == 0, "batch.sequences", batch.sequences,
+           "a multiple of the micro-batches (" + std::to_string(m) + ")");
+    attention_.parameters().zero_grad();
+    experts_.parameters().zero_grad();
+    StepStats st;
+    const std::size_t per = static_cast<std::size_t>(batch.sequences / m) * static_cast<std::size_t>(spec_.seq_len);
+    const T scale = static_cast<T>(1.0 / m);
+    std::vector<Layer> layers(static_cast<std::size_t>(spec_.layers));
+    for (int mb = 0; mb < m; ++mb) {
+      const auto in = batch.inputs.subspan(static_cast<std::size_t>(mb) * per, per);
+      const auto tg = batch.targets.subspan(static_cast<std::size_t>(mb) * per, per);
+      Matrix h;
+      attention_.embed(mb, in, h);
+      for (int l = 0; l < spec_.layers; ++l) h = forward_layer(l, mb, h, layers[static_cast<std::size_t>(l)], st);
+      st.loss += static_cast<double>(attention_.head_forward(mb, h, tg)) / m;
+      Matrix dh;
+      attention_.head_backward_input(mb, scale, dh);
+      attention_.head_backward_weight(mb);
+      for (int l = spec_.layers - 1; l >= 0; --l) dh = backward_layer(l, mb, dh, layers[static_cast<std::size_t>(l)], scale);
+      attention_.embed_backward(mb, dh);
+    }
+    st.aux_loss /= m;
+    st.z_loss /= m;
+    st.grad_norm = std::sqrt(attention_.parameters().grad_square_sum() + experts_.parameters().grad_square_sum());
+    return st;
+  }
+
+  /// Mean language-model loss over `batch` (no auxiliary terms, no state kept),
+  /// evaluated `max_sequences` sequences at a time.
+  double evaluate(const TokenBatch& batch, int max_sequences = 8) {
+    check_batch(batch);
+    double total = 0;
+    const auto s = static_cast<std::size_t>(spec_.seq_len);
+    for (int first = 0; first < batch.sequences; first += max_sequences) {
+      const int n = std::min(max_sequences, batch.sequences - first);
+      const auto in = batch.inputs.subspan(static_cast<std::size_t>(first) * s, static_cast<std::size_t>(n) * s);
+      const auto tg = batch.targets.subspan(static_cast<std::size_t>(first) * s, static_cast<std::size_t>(n) * s);
+      total += static_cast<double>(attention_.head_loss(forward_only(in), tg)) * n;
+    }
+    return batch.sequences > 0 ? total / batch.sequences : 0.0;
+  }
+
+  /// Logits [seq_len, vocab] of one sequence of `seq_len` ids (for sampling).
+  Matrix logits(std::span<const int> ids) {
+    expect(ids.size() == static_cast<std::size_t>(spec_.seq_len), "logits ids.size()", ids.size(),
+           "seq_len (" + std::to_string(spec_.seq_len) + ")");
+    Matrix out;
+    attention_.head_logits(forward_only(ids), out);
+    return out;
+  }
+
+  /// Steps taken so far (the optimizer's step count).
+  [[nodiscard]] std::int64_t steps() const { return step_; }
+  /// Restores the step count (resuming from a checkpoint).
+  void set_steps(std::int64_t s) { step_ = s; }
+  [[nodiscard]] AttentionStage<Attention>& attention() { return attention_; }
+  [[nodiscard]] ExpertStage<Experts>& experts() { return experts_; }
+  [[nodiscard]] const ModelSpec& spec() const { return spec_; }
+  /// Trainable scalars.
+  [[nodiscard]] std::int64_t parameter_count() const {
+    return attention_.parameters().count() + experts_.parameters().count();
+  }
+
+ private:
+  /// What the step keeps per MoE layer between its forward and backward.
+  struct Layer {
+    std::optional<LocalDispatch> dispatch;
+    Matrix expert_out, gates;
+  };
+
+  static AttentionStageLayout full_attention_layout(const ModelSpec& spec) {
+    AttentionStageLayout l;
+    for (int i = 0; i < spec.layers; ++i) l.layers.push_back(i);
+    l.embedding = l.head = true;
+    return l;
+  }
+
+  void check_batch(const TokenBatch& b) const {
+    expect(b.sequences >= 1, "batch.sequences", b.sequences, "a positive integer");
+    const auto n = static_cast<std::size_t>(b.sequences) * static_cast<std::size_t>(spec_.seq_len);
+    expect(b.inputs.size() == n, "batch.inputs.size()", b.inputs.size(), "sequences * seq_len (" + std::to_string(n) + ")");
+    expect(b.targets.size() == n, "batch.targets.size()", b.targets.size(), "sequences * seq_len (" + std::to_string(n) + ")");
+  }
+
+  Matrix forward_layer(int l, int mb, const Matrix& h, Layer& keep, StepStats& st) {
+    const AttentionOutput<T>& out = attention_.forward(l, mb, h);
+    if (!spec_.is_moe_layer(l)) return out.residual;
+    st.aux_loss += static_cast<double>(out.aux_loss);
+    st.z_loss += static_cast<double>(out.z_loss);
+    keep.dispatch.emplace(out.topk_ids, spec_.experts, spec_.shared_experts);
+    keep.gates = out.gates;
+    Matrix rows, y;
+    dispatch_rows(*keep.dispatch, out.tokens, rows);
+    experts_.forward(l, mb, keep.dispatch->offsets, rows, keep.expert_out);
+    combine_rows(*keep.dispatch, keep.expert_out, keep.gates, y);
+    return out.residual + y;
+  }
+
+  Matrix backward_layer(int l, int mb, const Matrix& dy, Layer& keep, T scale) {
+    Matrix dh;
+    if (!spec_.is_moe_layer(l)) {
+      attention_.backward_input(l, mb, AttentionGradients<T>{&dy, nullptr, nullptr, scale}, dh);
+      attention_.backward_weight(l, mb);
+      return dh;
+    }
+    Matrix d_out, d_gates, d_rows, d_tokens;
+    combine_backward(*keep.dispatch, keep.expert_out, keep.gates, dy, d_out, d_gates);
+    experts_.backward_input(l, mb, d_out, d_rows);
+    combine_input_gradients(*keep.dispatch, d_rows, d_tokens);
+    attention_.backward_input(l, mb, AttentionGradients<T>{&dy, &d_tokens, &d_gates, scale}, dh);
+    experts_.backward_weight(l, mb);
+    attention_.backward_weight(l, mb);
+    keep = Layer{};
+    return dh;
+  }
+
+  // Forward through every layer, releasing each layer's saved state at once (under a
+  // micro-batch id that training never uses).
+  Matrix forward_only(std::span<const int> ids) {
+    Matrix h;
+    const int mb = kEvalMicroBatch;
+    attention_.embed(mb, ids, h);
+    attention_.release_embedding(mb);
+    for (int l = 0; l < spec_.layers; ++l) {
+      const AttentionOutput<T>& out = attention_.forward(l, mb, h);
+      if (!spec_.is_moe_layer(l)) {
+        h = out.residual;
+      } else {
+        LocalDispatch d(out.topk_ids, spec_.experts, spec_.shared_experts);
+        Matrix rows, expert_out, y;
+        dispatch_rows(d, out.tokens, rows);
+        experts_.forward(l, mb, d.offsets, rows, expert_out);
+        experts_.release(l, mb);
+        combine_rows(d, expert_out, out.gates, y);
+        h = out.residual + y;
+      }
+      attention_.release(l, mb);
+    }
+    return h;
+  }
+
+  static constexpr int kEvalMicroBatch = -1;
+
+  ModelSpec spec_;
+  TrainOptions options_;
+  AttentionStage<Attention> attention_;
+  ExpertStage<Experts> experts_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace disagmoe::runtime

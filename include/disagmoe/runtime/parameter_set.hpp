@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file parameter_set.hpp
+/// The parameters a stage owns, with their gradients and AdamW moments, in a fixed
+/// order, so that norms, updates and checkpoints visit them identically everywhere.
+#pragma once
+
+#include <disagmoe/error.hpp>
+#include <disagmoe/model/tensor.hpp>
+#include <disagmoe/runtime/adamw.hpp>
+#include <disagmoe/runtime/parameter.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace disagmoe::runtime {
+
+/// One trainable tensor: full name, logical shape, and the matrices holding its value,
+/// gradient and AdamW first and second moments (all of the same size).
+template <class T>
+struct ParameterSlot {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  model::Matrix<T>* value = nullptr;
+  model::Matrix<T>* grad = nullptr;
+  model::Matrix<T> m;  ///< AdamW first moment
+  model::Matrix<T> v;  ///< AdamW second moment
+};
+
+/// The ordered parameters of a stage. Slots point into the stage's own storage, so a
+/// ParameterSet must not outlive (or be copied apart from) the tensors it was built on.
+template <class T>
+class ParameterSet {
+ public:
+  /// Adds a parameter; `grad` is resized to `value`'s size and zeroed, moments zeroed.
+  void add(std::string name, std::vector<std::int64_t> shape, model::Matrix<T>& value, model::Matrix<T>& grad) {
+    grad.setZero(value.rows(), value.cols());
+    ParameterSlot<T> s{std::move(name), std::move(shape), &value, &grad, {}, {}};
+    s.m.setZero(value.rows(), value.cols());
+    s.v.setZero(value.rows(), value.cols());
+    slots_.push_back(std::move(s));
+  }
+
+  /// Zeroes every gradient (start of a step).
+  void zero_grad() {
+    for (auto& s : slots_) s.grad->setZero();
+  }
+
+  /// Sum of squared gradient entries, accumulated in double in slot order (so the global
+  /// norm is the same for any split of the slots that is summed in the same order).
+  [[nodiscard]] double grad_square_sum() const {
+    double acc = 0;
+    for (const auto& s : slots_)
+      for (Eigen::Index i = 0; i < s.grad->size(); ++i) {
+        const double g = static_cast<double>(s.grad->data()[i]);
+        acc += g * g;
+      }
+    return acc;
+  }
+
+  /// One AdamW update of every parameter with gradients multiplied by `grad_scale`
+  /// (the clipping factor). `step` counts from 1.
+  void adamw_step(const AdamWOptions& o, double lr, double grad_scale, std::int64_t step) {
+    for (auto& s : slots_) adamw_update(o, lr, grad_scale, step, decays(s), *s.value, *s.grad, s.m, s.v);
+  }
+
+  /// The slots, in order.
+  [[nodiscard]] std::vector<ParameterSlot<T>>& slots() { return slots_; }
+  [[nodiscard]] const std::vector<ParameterSlot<T>>& slots() const { return slots_; }
+  /// Number of scalar parameters.
+  [[nodiscard]] std::int64_t count() const {
+    std::int64_t n = 0;
+    for (const auto& s : slots_) n += s.value->size();
+    return n;
+  }
+
+ private:
+  // Weight decay applies to matrices, not to gains (norm weights): nanoGPT's and
+  // Megatron's default grouping.
+  static bool decays(const ParameterSlot<T>& s) { return s.shape.size() >= 2; }
+
+  std::vector<ParameterSlot<T>> slots_;
+};
+
+}  // namespace disagmoe::runtime
