@@ -7,16 +7,13 @@
 //   bench_train [--models tiny,small] [--steps N] [--threads N] [--no-torch]
 #include "timed_compute.hpp"
 
+#include <disagmoe/backend/host/keep_freed_memory.hpp>
 #include <disagmoe/model/presets.hpp>
 #include <disagmoe/model/reference_attention.hpp>
 #include <disagmoe/model/reference_experts.hpp>
 #include <disagmoe/runtime/colocated_trainer.hpp>
 
 #include <Eigen/Core>
-
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include <chrono>
 #include <cstdio>
@@ -185,10 +182,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-#if defined(__GLIBC__)
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);  // as disagmoe-train: no page faults on reused blocks
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-#endif
+  disagmoe::host::keep_freed_memory();  // as disagmoe-train
   Eigen::setNbThreads(threads);
   std::printf("| model | params | tokens/step | tokens/s | GFLOP/s | GEMM GFLOP/s | step/GEMM | torch tokens/s | ours/torch |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");

@@ -8,6 +8,7 @@
 //
 // Copy it: the trainer is ColocatedTrainer<ReferenceAttention<float>, ReferenceExperts<float>>;
 // swap in your own `attention_compute` / `expert_compute` models to train other math.
+#include <disagmoe/backend/host/keep_freed_memory.hpp>
 #include <disagmoe/io/hf_config.hpp>
 #include <disagmoe/model/presets.hpp>
 #include <disagmoe/model/reference_attention.hpp>
@@ -21,10 +22,6 @@
 
 #include "../common/cli_main.hpp"
 #include "progress.hpp"
-
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include <chrono>
 #include <cmath>
@@ -46,7 +43,7 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::string preset = "tiny";
   std::optional<int> layers, hidden, heads, kv_heads, experts, top_k, expert_ffn, seq_len, shared_experts,
-      shared_expert_ffn, sliding_window;
+      shared_expert_ffn, sliding_window, dense_layers, dense_ffn;
   int micro_batch = 8, batch = 16;  // sequences per micro-batch and per step
   std::int64_t steps = 600;
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, clip = 1.0, aux_loss = 0.01, z_loss = 1e-3;
@@ -75,6 +72,9 @@ dm::ModelSpec model_spec(const Args& a) {
   set(m.shared_experts, a.shared_experts);
   set(m.shared_expert_ffn, a.shared_expert_ffn);
   set(m.sliding_window, a.sliding_window);
+  set(m.first_dense_layers, a.dense_layers);
+  set(m.dense_ffn, a.dense_ffn);
+  if (m.first_dense_layers > 0 && m.dense_ffn == 0) m.dense_ffn = 4 * m.hidden;
   if (m.shared_experts > 0 && m.shared_expert_ffn == 0) m.shared_expert_ffn = m.expert_ffn;
   dm::expect(m.heads > 0 && m.hidden % m.heads == 0, "--hidden", m.hidden,
              "a multiple of --heads (" + std::to_string(m.heads) + ")");
@@ -125,18 +125,8 @@ double batch_loss(Trainer& tr, const rt::Batch& b) {
   return b.sequences > 0 ? tr.evaluate({b.inputs, b.targets, b.sequences}) : std::nan("");
 }
 
-// Keeps freed memory in the process: a step frees and reallocates the same activation
-// sizes, and glibc would otherwise return each large block to the kernel and fault it
-// back in (page faults were half of a step's time on a 2-core VM).
-void keep_freed_memory() {
-#if defined(__GLIBC__)
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-#endif
-}
-
 int run(const Args& a) {
-  keep_freed_memory();
+  disagmoe::host::keep_freed_memory();  // no page faults on the blocks each step reuses
   Eigen::setNbThreads(a.threads);  // effective in an OpenMP build (Eigen would take every core)
   const dm::ModelSpec spec = model_spec(a);
   const rt::TrainOptions topt = train_options(a);
@@ -251,6 +241,8 @@ int main(int argc, char** argv) {
   app.add_option("--shared-experts", a.shared_experts, "always-active experts per layer");
   app.add_option("--shared-expert-ffn", a.shared_expert_ffn, "intermediate width of a shared expert");
   app.add_option("--sliding-window", a.sliding_window, "attention window in tokens (0: full causal)");
+  app.add_option("--dense-layers", a.dense_layers, "leading dense (non-MoE) layers, as DeepSeek-MoE's first");
+  app.add_option("--dense-ffn", a.dense_ffn, "intermediate width of a dense layer (default 4 x hidden)");
   app.add_option("--seq-len", a.seq_len, "bytes per training sequence");
   app.add_option("--micro-batch", a.micro_batch, "sequences per micro-batch")->capture_default_str();
   app.add_option("--batch", a.batch, "sequences per step (a multiple of --micro-batch)")->capture_default_str();

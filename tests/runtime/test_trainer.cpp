@@ -219,6 +219,13 @@ TEST_CASE("bad batches and options are one clear error") {
   Tokens bad = random_tokens(2, spec.seq_len, 1);
   bad.in[3] = 300;
   CHECK_THROWS_WITH_AS(tr.step(bad.batch()), doctest::Contains("ids"), dm::ConfigError);
+  Tokens bad_target = random_tokens(2, spec.seq_len, 1);
+  bad_target.tg[7] = -1;  // fails in the head, after every layer's forward saved its state
+  CHECK_THROWS_WITH_AS(tr.step(bad_target.batch()), doctest::Contains("targets"), dm::ConfigError);
+  CHECK(tr.attention().in_flight() == 0);
+  CHECK(tr.experts().in_flight() == 0);
+  const Tokens good = random_tokens(2, spec.seq_len, 1);
+  CHECK(std::isfinite(tr.step(good.batch()).loss));  // the trainer is usable again
   rt::TrainOptions t;
   t.micro_batches = 0;
   CHECK_THROWS_WITH_AS(rt::validate(t), doctest::Contains("TrainOptions.micro_batches = 0"), dm::ConfigError);
@@ -228,4 +235,71 @@ TEST_CASE("bad batches and options are one clear error") {
   auto topk = spec;
   topk.top_k = 5;
   CHECK_THROWS_WITH_AS(mo::ReferenceAttention<float>(topk, {}), doctest::Contains("top_k = 5"), dm::ConfigError);
+}
+
+TEST_CASE("stages reject bad layouts and calls out of order, naming them") {
+  auto spec = small_spec();
+  spec.first_dense_layers = 1;
+  spec.dense_ffn = 4;
+  const mo::ReferenceAttention<float> attn(spec, {});
+  const mo::ReferenceExperts<float> experts(spec, {});
+  CHECK_THROWS_WITH_AS(rt::AttentionStage(attn, spec, {{1, 0}, false, false}),
+                       doctest::Contains("AttentionStageLayout.layers[1] = 0: expected ascending"), dm::ConfigError);
+  CHECK_THROWS_WITH_AS(rt::AttentionStage(attn, spec, {{3}, false, false}),
+                       doctest::Contains("AttentionStageLayout.layers[0] = 3: expected a layer in [0, 3)"), dm::ConfigError);
+  CHECK_THROWS_WITH_AS(rt::ExpertStage(experts, spec, {{0}, {{0, 1}}}),
+                       doctest::Contains("ExpertStageLayout.layers[0] = 0: expected an MoE layer"), dm::ConfigError);
+  CHECK_THROWS_WITH_AS(rt::ExpertStage(experts, spec, {{1}, {{1, 0}}}),
+                       doctest::Contains("ExpertStageLayout.experts[0][1] = 0"), dm::ConfigError);
+
+  rt::AttentionStage stage(attn, spec, {{1, 2}, false, false});
+  mo::Rng rng(1);
+  const auto h = mo::normal_matrix<float>(spec.seq_len, spec.hidden, 1.0, rng);
+  stage.forward(1, 0, h);
+  CHECK_THROWS_WITH_AS(stage.forward(1, 0, h), doctest::Contains("forward(layer 1, micro-batch 0) = \"already in flight\""),
+                       dm::ConfigError);
+  CHECK_THROWS_WITH_AS(stage.backward_weight(1, 0), doctest::Contains("backward_weight(layer 1, micro-batch 0)"),
+                       dm::ConfigError);
+  CHECK_THROWS_WITH_AS(stage.forward(0, 0, h), doctest::Contains("AttentionStage layer = 0"), dm::ConfigError);
+  CHECK_THROWS_WITH_AS(stage.embed(0, std::vector<int>{1}, const_cast<mo::Matrix<float>&>(h)),
+                       doctest::Contains("AttentionStage.embed"), dm::ConfigError);
+  CHECK(stage.in_flight() == 1);
+  stage.release(1, 0);
+  CHECK(stage.in_flight() == 0);
+}
+
+TEST_CASE("an expert stage holding some experts computes what the full stage computes for them") {
+  const auto spec = small_spec();
+  const mo::ReferenceExperts<double> compute(spec, {});
+  rt::ExpertStage<mo::ReferenceExperts<double>> full(compute, spec, rt::all_experts(spec));
+  rt::ExpertStage<mo::ReferenceExperts<double>> part(compute, spec, {{0, 1, 2}, {{1, 3}, {1, 3}, {1, 3}}});
+  mo::Rng rng(4);
+  // Full stage: 4 experts with 2, 0, 3, 1 rows; the part holds experts 1 (0 rows) and 3 (1 row).
+  const auto rows = mo::normal_matrix<double>(6, spec.hidden, 1.0, rng);
+  const std::vector<std::int64_t> full_off{0, 2, 2, 5, 6}, part_off{0, 0, 1};
+  mo::Matrix<double> y_full, y_part;
+  full.forward(2, 0, full_off, rows, y_full);
+  part.forward(2, 0, part_off, mo::Matrix<double>(rows.bottomRows(1)), y_part);
+  CHECK((y_full.bottomRows(1) - y_part).norm() == 0.0);  // same weights: the seed stream is per (layer, expert)
+  const auto dy = mo::normal_matrix<double>(6, spec.hidden, 1.0, rng);
+  mo::Matrix<double> dx_full, dx_part;
+  full.backward_input(2, 0, dy, dx_full);
+  part.backward_input(2, 0, mo::Matrix<double>(dy.bottomRows(1)), dx_part);
+  CHECK((dx_full.bottomRows(1) - dx_part).norm() == 0.0);
+  full.backward_weight(2, 0);
+  part.backward_weight(2, 0);
+  const auto& fs = full.parameters().slots();
+  const auto& ps = part.parameters().slots();
+  auto find = [](const auto& slots, const std::string& name) {
+    for (const auto& s : slots)
+      if (s.name == name) return s.grad;
+    FAIL("no slot " << name);
+    return slots.front().grad;
+  };
+  for (const char* w : {"w1", "w2", "w3"}) {
+    const std::string e1 = std::string("model.layers.2.block_sparse_moe.experts.1.") + w + ".weight";
+    const std::string e3 = std::string("model.layers.2.block_sparse_moe.experts.3.") + w + ".weight";
+    CHECK(find(ps, e1)->norm() == 0.0);  // zero rows: a zero gradient
+    CHECK((*find(fs, e3) - *find(ps, e3)).norm() == 0.0);
+  }
 }

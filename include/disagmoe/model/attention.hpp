@@ -150,6 +150,27 @@ void softmax_tile(Matrix<T>& scores, int i0, int lo, int window, T scale, Lse&& 
   }
 }
 
+/// One block of the score matrix: queries [i0, i0 + n) of query head h in the sequence
+/// starting at row `base`, against the keys [lo, lo + m) they may see (columns qc / kc).
+struct ScoreTile {
+  Eigen::Index base, qc, kc;
+  int h, i0, n, lo, m;
+};
+
+/// Calls `f(tile)` for every score tile of `batch` sequences, in a fixed order (sequence,
+/// head, query tile), so forward and backward visit the same blocks.
+template <class F>
+void for_each_tile(const AttentionShape& s, Eigen::Index batch, F&& f) {
+  const int group = s.heads / s.kv_heads;
+  for (Eigen::Index b = 0; b < batch; ++b)
+    for (int h = 0; h < s.heads; ++h)
+      for (int i0 = 0; i0 < s.seq_len; i0 += kQueryTile) {
+        const int n = std::min(kQueryTile, s.seq_len - i0), lo = first_key(i0, s.window);
+        f(ScoreTile{b * s.seq_len, static_cast<Eigen::Index>(h) * s.head_dim,
+                    static_cast<Eigen::Index>(h / group) * s.head_dim, h, i0, n, lo, i0 + n - lo});
+      }
+}
+
 }  // namespace detail
 
 /// Forward: y = attention(x) as in the file comment. x is [rows, hidden] with rows =
@@ -166,7 +187,7 @@ void attention_forward(const AttentionShape& s, const AttentionWeights<T>& w, co
   expect(x.cols() == s.hidden, "x.cols()", x.cols(), "AttentionShape.hidden (" + std::to_string(s.hidden) + ")");
   expect(x.rows() % s.seq_len == 0, "x.rows()", x.rows(),
          "a multiple of AttentionShape.seq_len (" + std::to_string(s.seq_len) + ")");
-  const int L = s.seq_len, D = s.head_dim, group = s.heads / s.kv_heads;
+  const int L = s.seq_len, D = s.head_dim;
   const Eigen::Index batch = x.rows() / L;
   const T scale = T(1) / std::sqrt(static_cast<T>(D));  // HF: head_dim ** -0.5
 
@@ -187,23 +208,15 @@ void attention_forward(const AttentionShape& s, const AttentionWeights<T>& w, co
   saved.lse.resize(x.rows(), s.heads);
 
   Matrix<T> scores;
-  for (Eigen::Index b = 0; b < batch; ++b) {
-    const Eigen::Index base = b * L;
-    for (int h = 0; h < s.heads; ++h) {
-      const Eigen::Index qc = static_cast<Eigen::Index>(h) * D, kc = static_cast<Eigen::Index>(h / group) * D;
-      for (int i0 = 0; i0 < L; i0 += detail::kQueryTile) {
-        const int n = std::min(detail::kQueryTile, L - i0);
-        const int lo = detail::first_key(i0, s.window), m = i0 + n - lo;
-        const auto qt = saved.q.block(base + i0, qc, n, D);
-        const auto kt = saved.k.block(base + lo, kc, m, D);
-        const auto vt = saved.v.block(base + lo, kc, m, D);
-        scores.resize(n, m);
-        scores.noalias() = qt * kt.transpose();
-        detail::softmax_tile<false>(scores, i0, lo, s.window, scale, saved.lse.col(h).segment(base + i0, n));
-        saved.o.block(base + i0, qc, n, D).noalias() = scores * vt;
-      }
-    }
-  }
+  detail::for_each_tile(s, batch, [&](const detail::ScoreTile& t) {
+    const auto qt = saved.q.block(t.base + t.i0, t.qc, t.n, D);
+    const auto kt = saved.k.block(t.base + t.lo, t.kc, t.m, D);
+    const auto vt = saved.v.block(t.base + t.lo, t.kc, t.m, D);
+    scores.resize(t.n, t.m);
+    scores.noalias() = qt * kt.transpose();
+    detail::softmax_tile<false>(scores, t.i0, t.lo, s.window, scale, saved.lse.col(t.h).segment(t.base + t.i0, t.n));
+    saved.o.block(t.base + t.i0, t.qc, t.n, D).noalias() = scores * vt;
+  });
   linear_forward(saved.o, w.wo, y);
   saved.has_forward = true;
 }
@@ -229,7 +242,7 @@ void attention_backward_input(const AttentionShape& s, const AttentionWeights<T>
   expect(dy.rows() == saved.x.rows() && dy.cols() == s.hidden, "dy",
          "[" + std::to_string(dy.rows()) + ", " + std::to_string(dy.cols()) + "]",
          "[" + std::to_string(saved.x.rows()) + ", " + std::to_string(s.hidden) + "] like y");
-  const int L = s.seq_len, D = s.head_dim, group = s.heads / s.kv_heads;
+  const int L = s.seq_len, D = s.head_dim;
   const Eigen::Index rows = saved.x.rows(), batch = rows / L;
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
 
@@ -242,33 +255,25 @@ void attention_backward_input(const AttentionShape& s, const AttentionWeights<T>
 
   Matrix<T> p, dp;
   Eigen::Array<T, Eigen::Dynamic, 1> rowdot;
-  for (Eigen::Index b = 0; b < batch; ++b) {
-    const Eigen::Index base = b * L;
-    for (int h = 0; h < s.heads; ++h) {
-      const Eigen::Index qc = static_cast<Eigen::Index>(h) * D, kc = static_cast<Eigen::Index>(h / group) * D;
-      for (int i0 = 0; i0 < L; i0 += detail::kQueryTile) {
-        const int n = std::min(detail::kQueryTile, L - i0);
-        const int lo = detail::first_key(i0, s.window), m = i0 + n - lo;
-        const auto qt = saved.q.block(base + i0, qc, n, D);
-        const auto kt = saved.k.block(base + lo, kc, m, D);
-        const auto vt = saved.v.block(base + lo, kc, m, D);
-        const auto dot = dout.block(base + i0, qc, n, D);
-        p.resize(n, m);
-        p.noalias() = qt * kt.transpose();
-        detail::softmax_tile<true>(p, i0, lo, s.window, scale, saved.lse.col(h).segment(base + i0, n));
-        // o = P v  =>  dv += P^T do, dP = do v^T.
-        saved.dv.block(base + lo, kc, m, D).noalias() += p.transpose() * dot;
-        dp.resize(n, m);
-        dp.noalias() = dot * vt.transpose();
-        // Softmax backward; masked entries have P = 0 and so dS = 0.
-        rowdot = (p.array() * dp.array()).rowwise().sum();
-        dp.array() = p.array() * (dp.array().colwise() - rowdot) * scale;  // now d(q k^T)
-        // q k^T => dq = dS k, dk += dS^T q (still in the rotated frame).
-        saved.dq.block(base + i0, qc, n, D).noalias() = dp * kt;
-        saved.dk.block(base + lo, kc, m, D).noalias() += dp.transpose() * qt;
-      }
-    }
-  }
+  detail::for_each_tile(s, batch, [&](const detail::ScoreTile& t) {
+    const auto qt = saved.q.block(t.base + t.i0, t.qc, t.n, D);
+    const auto kt = saved.k.block(t.base + t.lo, t.kc, t.m, D);
+    const auto vt = saved.v.block(t.base + t.lo, t.kc, t.m, D);
+    const auto dot = dout.block(t.base + t.i0, t.qc, t.n, D);
+    p.resize(t.n, t.m);
+    p.noalias() = qt * kt.transpose();
+    detail::softmax_tile<true>(p, t.i0, t.lo, s.window, scale, saved.lse.col(t.h).segment(t.base + t.i0, t.n));
+    // o = P v  =>  dv += P^T do, dP = do v^T.
+    saved.dv.block(t.base + t.lo, t.kc, t.m, D).noalias() += p.transpose() * dot;
+    dp.resize(t.n, t.m);
+    dp.noalias() = dot * vt.transpose();
+    // Softmax backward; masked entries have P = 0 and so dS = 0.
+    rowdot = (p.array() * dp.array()).rowwise().sum();
+    dp.array() = p.array() * (dp.array().colwise() - rowdot) * scale;  // now d(q k^T)
+    // q k^T => dq = dS k, dk += dS^T q (still in the rotated frame).
+    saved.dq.block(t.base + t.i0, t.qc, t.n, D).noalias() = dp * kt;
+    saved.dk.block(t.base + t.lo, t.kc, t.m, D).noalias() += dp.transpose() * qt;
+  });
   rotary_apply(saved.rope, saved.dq, s.heads, RotaryDirection::kInverse);
   rotary_apply(saved.rope, saved.dk, s.kv_heads, RotaryDirection::kInverse);
   linear_backward_input(saved.dq, w.wq, dx);

@@ -45,13 +45,9 @@ class AttentionStage {
   AttentionStage(Compute compute, const ModelSpec& spec, AttentionStageLayout layout, StageOptions options = {})
       : compute_(std::move(compute)), spec_(spec), layout_(std::move(layout)), options_(options) {
     validate(spec_);
-    for (std::size_t i = 0; i < layout_.layers.size(); ++i) {
-      const int l = layout_.layers[i];
-      expect(l >= 0 && l < spec_.layers, "AttentionStageLayout.layers[" + std::to_string(i) + "]", l,
-             "a layer in [0, " + std::to_string(spec_.layers) + ")");
-      expect(i == 0 || layout_.layers[i - 1] < l, "AttentionStageLayout.layers[" + std::to_string(i) + "]", l,
-             "ascending, without repeats");
-    }
+    detail::check_stage_layers(layout_.layers, "AttentionStageLayout.layers",
+                               [&](int l) { return l >= 0 && l < spec_.layers; },
+                               "a layer in [0, " + std::to_string(spec_.layers) + ")");
     weights_.reserve(layout_.layers.size());
     grads_.reserve(layout_.layers.size());
     for (const int l : layout_.layers) {
@@ -112,6 +108,12 @@ class AttentionStage {
   void release(int layer, int mb) { saved_.erase({layer, mb}); }
   /// Drops the ids kept for the embedding backward of `mb` (evaluation).
   void release_embedding(int mb) { ids_.erase(mb); }
+  /// Drops every saved state (after a failed step, so the next one can start).
+  void release_all() {
+    saved_.clear();
+    head_saved_.clear();
+    ids_.clear();
+  }
 
   /// h = embedding of `ids` for micro-batch `mb` (first stage only).
   void embed(int mb, std::span<const int> ids, Matrix& h) {
@@ -192,12 +194,7 @@ class AttentionStage {
     params_.add(values[k].name, values[k].shape, *values[k].value, *grads[k].value);
   }
 
-  std::size_t index_of(int layer) const {
-    const auto it = std::lower_bound(layout_.layers.begin(), layout_.layers.end(), layer);
-    if (it == layout_.layers.end() || *it != layer)
-      fail("AttentionStage layer", layer, "a layer this stage holds");
-    return static_cast<std::size_t>(it - layout_.layers.begin());
-  }
+  std::size_t index_of(int layer) const { return detail::stage_layer_index(layout_.layers, layer, "AttentionStage"); }
   Entry& entry(int layer, int mb, const char* call) {
     auto it = saved_.find({layer, mb});
     if (it == saved_.end()) fail(field(call, layer, mb), "not in flight", "forward() of this layer and micro-batch first");

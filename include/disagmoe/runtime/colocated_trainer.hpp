@@ -99,27 +99,13 @@ class ColocatedTrainer {
            "a multiple of the micro-batches (" + std::to_string(m) + ")");
     attention_.parameters().zero_grad();
     experts_.parameters().zero_grad();
-    StepStats st;
-    const std::size_t per = static_cast<std::size_t>(batch.sequences / m) * static_cast<std::size_t>(spec_.seq_len);
-    const T scale = static_cast<T>(1.0 / m);
-    std::vector<Layer> layers(static_cast<std::size_t>(spec_.layers));
-    for (int mb = 0; mb < m; ++mb) {
-      const auto in = batch.inputs.subspan(static_cast<std::size_t>(mb) * per, per);
-      const auto tg = batch.targets.subspan(static_cast<std::size_t>(mb) * per, per);
-      Matrix h;
-      attention_.embed(mb, in, h);
-      for (int l = 0; l < spec_.layers; ++l) h = forward_layer(l, mb, h, layers[static_cast<std::size_t>(l)], st);
-      st.loss += static_cast<double>(attention_.head_forward(mb, h, tg)) / m;
-      Matrix dh;
-      attention_.head_backward_input(mb, scale, dh);
-      attention_.head_backward_weight(mb);
-      for (int l = spec_.layers - 1; l >= 0; --l) dh = backward_layer(l, mb, dh, layers[static_cast<std::size_t>(l)], scale);
-      attention_.embed_backward(mb, dh);
+    try {
+      return accumulate(batch, m);
+    } catch (...) {  // a bad batch must not leave saved state that blocks the next step
+      attention_.release_all();
+      experts_.release_all();
+      throw;
     }
-    st.aux_loss /= m;
-    st.z_loss /= m;
-    st.grad_norm = std::sqrt(attention_.parameters().grad_square_sum() + experts_.parameters().grad_square_sum());
-    return st;
   }
 
   /// Mean language-model loss over `batch` (no auxiliary terms, no state kept),
@@ -159,6 +145,31 @@ class ColocatedTrainer {
   }
 
  private:
+  // The forward and backward of every micro-batch (compute_gradients without the reset).
+  StepStats accumulate(const TokenBatch& batch, int m) {
+    StepStats st;
+    const std::size_t per = static_cast<std::size_t>(batch.sequences / m) * static_cast<std::size_t>(spec_.seq_len);
+    const T scale = static_cast<T>(1.0 / m);
+    std::vector<Layer> layers(static_cast<std::size_t>(spec_.layers));
+    for (int mb = 0; mb < m; ++mb) {
+      const auto in = batch.inputs.subspan(static_cast<std::size_t>(mb) * per, per);
+      const auto tg = batch.targets.subspan(static_cast<std::size_t>(mb) * per, per);
+      Matrix h;
+      attention_.embed(mb, in, h);
+      for (int l = 0; l < spec_.layers; ++l) h = forward_layer(l, mb, h, layers[static_cast<std::size_t>(l)], st);
+      st.loss += static_cast<double>(attention_.head_forward(mb, h, tg)) / m;
+      Matrix dh;
+      attention_.head_backward_input(mb, scale, dh);
+      attention_.head_backward_weight(mb);
+      for (int l = spec_.layers - 1; l >= 0; --l) dh = backward_layer(l, mb, dh, layers[static_cast<std::size_t>(l)], scale);
+      attention_.embed_backward(mb, dh);
+    }
+    st.aux_loss /= m;
+    st.z_loss /= m;
+    st.grad_norm = std::sqrt(attention_.parameters().grad_square_sum() + experts_.parameters().grad_square_sum());
+    return st;
+  }
+
   /// What the step keeps per MoE layer between its forward and backward.
   struct Layer {
     std::optional<LocalDispatch> dispatch;
@@ -187,9 +198,9 @@ class ColocatedTrainer {
     keep.dispatch.emplace(out.topk_ids, spec_.experts, spec_.shared_experts);
     keep.gates = out.gates;
     Matrix rows, y;
-    dispatch_rows(*keep.dispatch, out.tokens, rows);
+    group_rows(*keep.dispatch, out.tokens, rows);
     experts_.forward(l, mb, keep.dispatch->offsets, rows, keep.expert_out);
-    combine_rows(*keep.dispatch, keep.expert_out, keep.gates, y);
+    combine_outputs(*keep.dispatch, keep.expert_out, keep.gates, y);
     return out.residual + y;
   }
 
@@ -214,6 +225,15 @@ class ColocatedTrainer {
   // Forward through every layer, releasing each layer's saved state at once (under a
   // micro-batch id that training never uses).
   Matrix forward_only(std::span<const int> ids) {
+    try {
+      return forward_only_unguarded(ids);
+    } catch (...) {
+      attention_.release_all();
+      experts_.release_all();
+      throw;
+    }
+  }
+  Matrix forward_only_unguarded(std::span<const int> ids) {
     Matrix h;
     const int mb = kEvalMicroBatch;
     attention_.embed(mb, ids, h);
@@ -225,10 +245,10 @@ class ColocatedTrainer {
       } else {
         LocalDispatch d(out.topk_ids, spec_.experts, spec_.shared_experts);
         Matrix rows, expert_out, y;
-        dispatch_rows(d, out.tokens, rows);
+        group_rows(d, out.tokens, rows);
         experts_.forward(l, mb, d.offsets, rows, expert_out);
         experts_.release(l, mb);
-        combine_rows(d, expert_out, out.gates, y);
+        combine_outputs(d, expert_out, out.gates, y);
         h = out.residual + y;
       }
       attention_.release(l, mb);

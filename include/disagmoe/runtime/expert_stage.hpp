@@ -56,11 +56,10 @@ class ExpertStage {
     expect(layout_.experts.size() == layout_.layers.size(), "ExpertStageLayout.experts.size()",
            layout_.experts.size(), "layers.size() (" + std::to_string(layout_.layers.size()) + ")");
     const int total = spec_.experts + spec_.shared_experts;
+    detail::check_stage_layers(layout_.layers, "ExpertStageLayout.layers",
+                               [&](int l) { return l >= 0 && l < spec_.layers && spec_.is_moe_layer(l); },
+                               "an MoE layer of the model");
     for (std::size_t i = 0; i < layout_.layers.size(); ++i) {
-      const int l = layout_.layers[i];
-      const std::string f = "ExpertStageLayout.layers[" + std::to_string(i) + "]";
-      expect(l >= 0 && l < spec_.layers && spec_.is_moe_layer(l), f, l, "an MoE layer of the model");
-      expect(i == 0 || layout_.layers[i - 1] < l, f, l, "ascending, without repeats");
       const auto& ids = layout_.experts[i];
       for (std::size_t k = 0; k < ids.size(); ++k)
         expect(ids[k] >= 0 && ids[k] < total && (k == 0 || ids[k - 1] < ids[k]),
@@ -125,6 +124,8 @@ class ExpertStage {
 
   /// Drops the saved state of (`layer`, `mb`) without a backward (evaluation).
   void release(int layer, int mb) { saved_.erase({layer, mb}); }
+  /// Drops every saved state (after a failed step, so the next one can start).
+  void release_all() { saved_.clear(); }
 
   [[nodiscard]] ParameterSet<T>& parameters() { return params_; }
   [[nodiscard]] const ParameterSet<T>& parameters() const { return params_; }
@@ -153,11 +154,7 @@ class ExpertStage {
           params_.add(prefix + values[p].name, values[p].shape, *values[p].value, *grads[p].value);
       }
   }
-  std::size_t index_of(int layer) const {
-    const auto it = std::lower_bound(layout_.layers.begin(), layout_.layers.end(), layer);
-    if (it == layout_.layers.end() || *it != layer) fail("ExpertStage layer", layer, "a layer this stage holds");
-    return static_cast<std::size_t>(it - layout_.layers.begin());
-  }
+  std::size_t index_of(int layer) const { return detail::stage_layer_index(layout_.layers, layer, "ExpertStage"); }
   static std::string field(const char* call, int layer, int mb) {
     return std::string("ExpertStage.") + call + "(layer " + std::to_string(layer) + ", micro-batch " +
            std::to_string(mb) + ")";

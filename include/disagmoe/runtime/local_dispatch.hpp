@@ -82,7 +82,7 @@ struct LocalDispatch {
 
 /// rows = tokens grouped by expert.
 template <class T>
-void dispatch_rows(const LocalDispatch& d, const model::Matrix<T>& tokens, model::Matrix<T>& rows) {
+void group_rows(const LocalDispatch& d, const model::Matrix<T>& tokens, model::Matrix<T>& rows) {
   rows.resize(static_cast<Eigen::Index>(d.row_token.size()), tokens.cols());
   host::gather_rows<T>({tokens.data(), static_cast<std::size_t>(tokens.size())}, static_cast<std::size_t>(tokens.cols()),
                        d.row_token, {rows.data(), static_cast<std::size_t>(rows.size())});
@@ -90,7 +90,7 @@ void dispatch_rows(const LocalDispatch& d, const model::Matrix<T>& tokens, model
 
 /// y_t = sum of token t's gate-weighted expert outputs (the contract in the file comment).
 template <class T>
-void combine_rows(const LocalDispatch& d, const model::Matrix<T>& expert_out, const model::Matrix<T>& gates,
+void combine_outputs(const LocalDispatch& d, const model::Matrix<T>& expert_out, const model::Matrix<T>& gates,
                   model::Matrix<T>& y) {
   const auto w = d.term_weights(gates);
   y.resize(static_cast<Eigen::Index>(d.tokens()), expert_out.cols());
@@ -99,7 +99,7 @@ void combine_rows(const LocalDispatch& d, const model::Matrix<T>& expert_out, co
                            {y.data(), static_cast<std::size_t>(y.size())});
 }
 
-/// Backward of `combine_rows`: d_out rows = gate * dy of their token (what each expert's
+/// Backward of `combine_outputs`: d_out rows = gate * dy of their token (what each expert's
 /// backward consumes), and d_gates[t][j] = <expert_out row of (t, j), dy_t>.
 template <class T>
 void combine_backward(const LocalDispatch& d, const model::Matrix<T>& expert_out, const model::Matrix<T>& gates,
