@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -226,6 +227,12 @@ TEST_CASE("bad batches and options are one clear error") {
   CHECK(tr.experts().in_flight() == 0);
   const Tokens good = random_tokens(2, spec.seq_len, 1);
   CHECK(std::isfinite(tr.step(good.batch()).loss));  // the trainer is usable again
+  auto diverged = make_trainer<float>(spec, {}, 1);
+  diverged.attention().parameters().slots()[3].value->setConstant(std::numeric_limits<float>::infinity());
+  const auto before = *diverged.experts().parameters().slots()[0].value;
+  CHECK_THROWS_WITH_AS(diverged.step(good.batch()), doctest::Contains("step 1 gradient norm = "), dm::ConfigError);
+  CHECK((*diverged.experts().parameters().slots()[0].value - before).norm() == 0.0f);  // no update
+  CHECK(diverged.steps() == 0);
   rt::TrainOptions t;
   t.micro_batches = 0;
   CHECK_THROWS_WITH_AS(rt::validate(t), doctest::Contains("TrainOptions.micro_batches = 0"), dm::ConfigError);

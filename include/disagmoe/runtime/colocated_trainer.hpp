@@ -79,6 +79,10 @@ class ColocatedTrainer {
   /// gradients, global-norm clipping, AdamW at the scheduled rate.
   StepStats step(const TokenBatch& batch) {
     StepStats st = compute_gradients(batch);
+    // A diverged loss must not turn every weight into NaN behind the user's back.
+    if (!std::isfinite(st.grad_norm))
+      fail("step " + std::to_string(step_ + 1) + " gradient norm", st.grad_norm,
+           "a finite value (the loss diverged; lower the learning rate); no update was made");
     // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above max_norm.
     const double clip = options_.clip_norm > 0 && st.grad_norm > options_.clip_norm
                             ? options_.clip_norm / (st.grad_norm + 1e-6) : 1.0;
@@ -112,6 +116,7 @@ class ColocatedTrainer {
   /// evaluated `max_sequences` sequences at a time.
   double evaluate(const TokenBatch& batch, int max_sequences = 8) {
     check_batch(batch);
+    expect(max_sequences >= 1, "evaluate max_sequences", max_sequences, "a positive integer");
     double total = 0;
     const auto s = static_cast<std::size_t>(spec_.seq_len);
     for (int first = 0; first < batch.sequences; first += max_sequences) {
