@@ -5,11 +5,19 @@
 //    "lp_iterations": 345, "seconds": 0.01}
 // objective is null without a solution. Exit 0 for every solver outcome (optimal,
 // infeasible, unbounded, limits); 2 for bad input, 3 for internal errors.
+//  --write-solution SOL   writes the solution found as `name value` lines
+//  --check-solution SOL   only checks the point in SOL: objective, feasibility (the
+//                         solver's rule: rows relative to max(1, |side|), 1e-6) and the
+//                         worst absolute violation named; exit 0 feasible, 1 not
+//  --debug-solution SOL   solves with Options::debug_solution = SOL: the first cut,
+//                         bound change or pruned node that removes it is reported as
+//                         "internal error: milp debug solution: ..." (exit 3)
 #include "../common/cli_main.hpp"
 
 #include <disagmoe/milp/milp.hpp>
 
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -25,6 +33,16 @@ std::string json_number(double v, int digits = 17) {
   return os.str();
 }
 
+// A JSON string body: names come from the MPS file.
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -34,6 +52,7 @@ int main(int argc, char** argv) {
   std::string file;
   milp::Options opt;
   bool json = false, fixed = false;
+  std::string write_sol, check_sol, debug_sol;
   double gap = opt.rel_gap;
   app.add_option("file", file, "MPS file (.mps or .mps.gz)")->required();
   app.add_option("--time-limit", opt.time_limit, "wall-clock limit in seconds")
@@ -43,6 +62,11 @@ int main(int argc, char** argv) {
   app.add_option("--gap", gap, "relative gap at which to stop")->check(CLI::NonNegativeNumber);
   app.add_option("--cut-rounds", opt.cut_rounds, "rounds of root Gomory cuts (0: none)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--write-solution", write_sol, "write the solution found (`name value` lines)");
+  app.add_option("--check-solution", check_sol,
+                 "check the point in this file (feasibility, objective, worst violation) instead of solving");
+  app.add_option("--debug-solution", debug_sol,
+                 "a known feasible point: report the first reduction that cuts it off (exit 3)");
   app.add_flag("--json", json, "print one JSON object");
   app.add_flag("--fixed", fixed, "read fixed-column MPS (names may contain blanks)");
   app.add_flag("--verbose", opt.verbose, "progress on stderr");
@@ -50,7 +74,39 @@ int main(int argc, char** argv) {
     opt.rel_gap = gap;
     const milp::Problem p =
         milp::read_mps_file(file, fixed ? milp::MpsFormat::kFixed : milp::MpsFormat::kFree);
+    if (!check_sol.empty()) {
+      const std::vector<double> x = milp::read_solution_file(p, check_sol);
+      const milp::SolutionCheck c = milp::check_solution(p, x, opt.feasibility_tol);
+      if (json) {
+        std::cout << "{\"feasible\": " << (c.feasible ? "true" : "false") << ", \"objective\": "
+                  << json_number(c.objective) << ", \"max_violation\": " << json_number(c.max_violation)
+                  << ", \"max_scaled_violation\": " << json_number(c.max_scaled_violation)
+                  << ", \"worst\": \"" << json_escape(c.worst) << "\"}\n";
+      } else {
+        std::cout << "feasible    " << (c.feasible ? "yes" : "no") << "\n"
+                  << "objective   " << json_number(c.objective) << "\n"
+                  << "violation   " << c.max_violation << (c.worst.empty() ? "" : " at " + c.worst) << "\n"
+                  << "scaled      " << c.max_scaled_violation << " (rows relative to max(1, |side|); tolerance "
+                  << opt.feasibility_tol << ")\n";
+      }
+      return c.feasible ? disagmoe::cli::kExitOk : 1;
+    }
+    std::vector<double> debug_x;
+    if (!debug_sol.empty()) {
+      debug_x = milp::read_solution_file(p, debug_sol);
+      opt.debug_solution = &debug_x;
+    }
+    std::ofstream sol_out;
+    if (!write_sol.empty()) {  // open before solving: a bad path fails fast
+      sol_out.open(write_sol);
+      if (!sol_out) disagmoe::fail<disagmoe::IoError>("--write-solution", write_sol, "a writable file");
+    }
     const milp::Result r = milp::solve(p, opt);
+    if (!write_sol.empty() && r.has_solution()) {
+      milp::write_solution(sol_out, p, r.solution);
+      sol_out.close();
+      if (!sol_out) disagmoe::fail<disagmoe::IoError>("--write-solution", write_sol, "a writable file");
+    }
     if (json) {
       std::cout << "{\"status\": \"" << milp::to_string(r.status) << "\", \"objective\": "
                 << (r.has_solution() ? json_number(r.objective) : "null")

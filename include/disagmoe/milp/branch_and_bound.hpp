@@ -8,10 +8,15 @@
 /// fractional and coefficient diving (diving.hpp) besides the plunges,
 /// warm-started dual simplex re-solves from the parent's basis, objective cutoff inside
 /// the LP, and root Gomory mixed-integer and extended knapsack cover cuts (cuts.hpp).
+/// A node whose LP point is integral but not feasible (a badly scaled row) is re-solved
+/// and, if need be, split, never dropped (resolve_integral_node). With
+/// Options::debug_solution every reduction is checked against a known point
+/// (debug_solution.hpp).
 /// Deterministic: no randomness, no threads; only the limits depend on the clock.
 #pragma once
 
 #include <disagmoe/milp/cuts.hpp>
+#include <disagmoe/milp/debug_solution.hpp>
 #include <disagmoe/milp/diving.hpp>
 #include <disagmoe/milp/problem.hpp>
 #include <disagmoe/milp/result.hpp>
@@ -44,6 +49,7 @@ struct Node {
   int branch_var = -1;
   bool branch_up = false;
   double branch_dist = 0;  // distance the branching moved the variable
+  bool debug_in = false;   // its box contains Options::debug_solution
 };
 using NodePtr = std::shared_ptr<Node>;
 
@@ -80,6 +86,11 @@ class BranchAndBound {
     pc_sum_.assign(2 * n_, 0.0);
     pc_cnt_.assign(2 * n_, 0);
     build_locks();
+    if (o.debug_solution != nullptr) {
+      dbg_ = std::make_unique<DebugSolution>(p, *o.debug_solution, o.feasibility_tol);
+      for (int j : ints_)
+        dbg_->check_bounds(j, lb0_[j], ub0_[j], [] { return std::string("rounding of integer bounds"); });
+    }
   }
 
   Result run() {
@@ -93,12 +104,15 @@ class BranchAndBound {
     // Root.
     LpStatus s = lp_.solve(kInf, deadline_);
     if (s == LpStatus::kTimeLimit) return finish(res, Status::kTimeLimit);
+    if (dbg_ && s == LpStatus::kInfeasible) dbg_->fail("root LP reported infeasible");
     if (s == LpStatus::kInfeasible) return finish(res, Status::kInfeasible);
+    if (dbg_ && s == LpStatus::kOptimal)
+      dbg_->check_lower_bound(lp_.objective(), [] { return std::string("root LP (before cuts)"); });
     if (s == LpStatus::kUnbounded) return finish(res, Status::kUnbounded);
     if (s == LpStatus::kIterationLimit) throw SolverError("milp: root LP hit the iteration limit");
     if (opt_.verbose) std::cerr << "milp: root LP bound " << sign_ * lp_.objective() << "\n";
     if (opt_.cut_rounds > 0 && !ints_.empty()) {
-      GomoryCuts cuts(p_, lp_, ints_);
+      GomoryCuts cuts(p_, lp_, ints_, dbg_.get());
       s = cuts.run(opt_.cut_rounds, deadline_);
       if (s == LpStatus::kTimeLimit) return finish(res, Status::kTimeLimit);
       if (s == LpStatus::kInfeasible) return finish(res, Status::kInfeasible);
@@ -112,6 +126,7 @@ class BranchAndBound {
     auto root = std::make_shared<Node>();
     root->bound = root_bound_;
     root->id = next_id_++;
+    root->debug_in = dbg_ != nullptr;
     process_tree(root, true);
     if (stopped_ != Status::kOptimal) return finish(res, stopped_);
     return finish(res, Status::kOptimal);
@@ -119,6 +134,18 @@ class BranchAndBound {
 
  private:
   double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+  // The debug solution is checked while it is strictly better than the incumbent (then
+  // every reduction must keep it); a null pointer when off or no longer needed.
+  const DebugSolution* debug() const {
+    if (!dbg_) return nullptr;
+    return dbg_->better_than(cutoff()) ? dbg_.get() : nullptr;
+  }
+  // The debug checker when the node contains the debug solution and it is still active.
+  const DebugSolution* debug(const Node& node) const { return node.debug_in ? debug() : nullptr; }
+  static std::string node_name(const Node& n) {
+    return "node " + std::to_string(n.id) + " (depth " + std::to_string(n.depth) + ")";
+  }
 
   // Objective value a node must beat to be worth exploring (internal minimisation).
   double cutoff() const {
@@ -154,6 +181,7 @@ class BranchAndBound {
   void root_reduced_cost_fixing() {
     const double gap = cutoff() - root_bound_;
     if (!(gap < kInf)) return;
+    const DebugSolution* dbg = debug();
     for (int j : ints_) {
       const double d = root_d_[j];
       if (d > 1e-7) {
@@ -163,12 +191,17 @@ class BranchAndBound {
         const double newlb = ub0_[j] - std::floor(gap / -d + 1e-9);
         if (newlb > lb0_[j]) lb0_[j] = std::min(newlb, ub0_[j]);
       }
+      if (dbg != nullptr)
+        dbg->check_bounds(j, lb0_[j], ub0_[j], [&] {
+          return "root reduced-cost fixing (reduced cost " + DebugSolution::num(d) + ", root bound " +
+                 DebugSolution::num(root_bound_) + ", cutoff " + DebugSolution::num(cutoff()) + ")";
+        });
     }
   }
 
   bool try_incumbent(std::vector<double> x) {
     for (int j : ints_) x[j] = std::round(x[j]);
-    if (p_.max_violation(x) > opt_.feasibility_tol) return false;
+    if (p_.max_scaled_violation(x) > opt_.feasibility_tol) return false;
     const double obj = sign_ * (p_.evaluate(x) - p_.objective_offset());
     if (has_inc_ && obj >= inc_obj_) return false;
     has_inc_ = true;
@@ -196,21 +229,36 @@ class BranchAndBound {
     try_incumbent(std::move(y));
   }
 
-  void apply_node_bounds(const Node& node) {
+  // Loads the node's bounds into the LP; false when its box is empty (then the node
+  // holds no point: the LP is left unchanged). Clamping an empty box to lb = ub, as
+  // this did before, gave the LP a point the node does not contain.
+  bool apply_node_bounds(const Node& node) {
     std::vector<double> lb = lb0_, ub = ub0_;
     for (const Node* a = &node; a != nullptr; a = a->parent.get())
       for (const BoundChange& c : a->changes) {
         lb[c.var] = std::max(lb[c.var], c.lb);
         ub[c.var] = std::min(ub[c.var], c.ub);
       }
+    for (int j : ints_)
+      if (lb[j] > ub[j]) return false;
     for (int j : ints_) {
-      if (lb[j] > ub[j]) ub[j] = lb[j];  // empty box: the LP reports it infeasible
       if (lb[j] != cur_lb_[j] || ub[j] != cur_ub_[j]) {
         lp_.set_col_bounds(j, lb[j], ub[j]);
         cur_lb_[j] = lb[j];
         cur_ub_[j] = ub[j];
       }
     }
+    return true;
+  }
+
+  // Whether branching on x_j = v gives two non-empty children in the node's box. An
+  // LP value outside the box by up to the LP's tolerance (0.999998 with bounds [1, 1])
+  // looks fractional but is not: branching on it made one child empty and the other
+  // equal to the node, and the tree descended forever.
+  bool branchable(int j, double v) const {
+    const double f = v - std::floor(v);
+    if (f <= opt_.integrality_tol || f >= 1 - opt_.integrality_tol) return false;
+    return std::floor(v) >= cur_lb_[j] && std::ceil(v) <= cur_ub_[j];
   }
 
   double pseudo_cost(int j, bool up) const {
@@ -234,8 +282,8 @@ class BranchAndBound {
     int best = -1;
     double best_score = -1;
     for (int j : ints_) {
+      if (!branchable(j, x[j])) continue;
       const double f = x[j] - std::floor(x[j]);
-      if (f <= opt_.integrality_tol || f >= 1 - opt_.integrality_tol) continue;
       const double down = pseudo_cost(j, false), up = pseudo_cost(j, true);
       double score;
       if (down < 0 || up < 0) {
@@ -273,6 +321,8 @@ class BranchAndBound {
       if (node == nullptr) {
         // Drop nodes the incumbent has made useless, then take the best bound.
         while (!open_.empty() && open_.top()->bound >= cutoff()) {
+          if (const DebugSolution* dbg = debug(*open_.top()))
+            dbg->check_lower_bound(open_.top()->bound, [&] { return "open " + node_name(*open_.top()) + " pruned by bound"; });
           note_pruned(open_.top()->bound);
           open_.pop();
         }
@@ -297,7 +347,10 @@ class BranchAndBound {
         return;
       }
       ++nodes_;
-      if (!is_root) apply_node_bounds(*node);
+      if (!is_root && !apply_node_bounds(*node)) {  // empty box: nothing in this node
+        node = nullptr;
+        continue;
+      }
       const double cut = cutoff();
       LpStatus s = is_root ? LpStatus::kOptimal : lp_.solve(cut, deadline_);
       is_root = false;
@@ -313,15 +366,22 @@ class BranchAndBound {
         return;
       }
       if (s == LpStatus::kCutoff) {
+        if (const DebugSolution* dbg = debug(*node))
+          dbg->fail(node_name(*node) + " pruned by the LP cutoff " + DebugSolution::num(cut) +
+                    " although it contains the debug solution (objective " + DebugSolution::num(dbg->objective()) + ")");
         note_pruned(cut);
         node = nullptr;
         continue;
       }
       if (s != LpStatus::kOptimal) {  // infeasible (unbounded cannot happen below a bounded root)
+        if (const DebugSolution* dbg = debug(*node))
+          dbg->fail(node_name(*node) + " LP reported infeasible although it contains the debug solution");
         node = nullptr;
         continue;
       }
-      const double obj = lp_.objective();
+      double obj = lp_.objective();
+      if (const DebugSolution* dbg = debug(*node))
+        dbg->check_lower_bound(obj, [&] { return node_name(*node) + " LP"; });
       update_pseudo_cost(*node, obj, parent_obj);
       if (obj >= cut) {
         note_pruned(obj);
@@ -330,11 +390,32 @@ class BranchAndBound {
       }
       for (int j = 0; j < n_; ++j) x[j] = lp_.value(j);
       int bv = select_branch(x);
-      if (bv < 0) {
-        if (!try_incumbent(x)) {
-          // LP point integral but slightly infeasible after rounding: accept as is.
-          if (p_.max_violation(x) <= 10 * opt_.feasibility_tol) accept_raw(x);
+      double bval = bv >= 0 ? x[bv] : 0.0;
+      bool split = false;  // branching at an integral value (resolve_integral_node)
+      if (bv < 0 && !take_integral_point(x)) {
+        // Integral, but the point violates a row by more than feasibility_tol: the LP's
+        // tolerance applies to its scaled rows, so a row with large coefficients admits a
+        // larger unscaled violation. Dropping the node would lose every solution in it.
+        ++integral_resolves_;
+        bv = resolve_integral_node(x, obj, cut, bval);
+        split = bv >= 0 && std::abs(x[bv] - std::round(x[bv])) <= opt_.integrality_tol;
+        if (bv == kNodeDone) {
+          node = nullptr;
+          continue;
         }
+        if (bv < 0) {  // every integer fixed and no acceptable completion: nothing left here
+          if (const DebugSolution* dbg = debug(*node)) {
+            std::vector<double> xr = x;
+            for (int j : ints_) xr[j] = std::round(xr[j]);
+            dbg->fail(node_name(*node) + " dropped: its integers are fixed and its LP point (objective " +
+                      DebugSolution::num(obj) + ") is not accepted (rounded violation " +
+                      DebugSolution::num(p_.max_violation(xr)) + ": " + check_solution(p_, xr).worst + ")");
+          }
+          node = nullptr;
+          continue;
+        }
+      }
+      if (bv < 0) {
         node = nullptr;
         continue;
       }
@@ -342,10 +423,95 @@ class BranchAndBound {
       // Without an incumbent, dive from every 64th node while diving has cost less than
       // a fifth of all LP iterations.
       if (!has_inc_ && nodes_ % 64 == 0 && dive_iterations_ * 5 < lp_.iterations()) run_dives();
-      if (strong_branching_init(x, obj)) bv = select_branch(x);
-      node = branch(node, bv, x[bv], std::max(obj, node->bound));
+      if (!split && strong_branching_init(x, obj)) bv = select_branch(x), bval = x[bv];
+      node = branch(node, bv, bval, std::max(obj, node->bound));
       parent_obj = std::max(obj, node ? node->bound : obj);
     }
+  }
+
+  // Whether the integral LP point x, rounded (or as it is, within 10 feasibility_tol),
+  // is feasible; if so it is offered as incumbent.
+  bool take_integral_point(const std::vector<double>& x) {
+    std::vector<double> xr = x;
+    for (int j : ints_) xr[j] = std::round(xr[j]);
+    if (p_.max_scaled_violation(xr) <= opt_.feasibility_tol) {
+      try_incumbent(std::move(xr));
+      return true;
+    }
+    if (p_.max_scaled_violation(x) <= 10 * opt_.feasibility_tol) {
+      accept_raw(x);
+      return true;
+    }
+    return false;
+  }
+
+  static constexpr int kNodeDone = -2;
+
+  // An integral LP point that is not feasible for the problem (see process_tree).
+  // Re-solves the node with a 100x tighter primal tolerance; a fractional point is
+  // branched on as usual, an acceptable one taken. Otherwise the integers are fixed at
+  // their rounded values for a tight completion LP (a candidate incumbent), and unless
+  // the node's bound is then no better than the cutoff, the node is split on an unfixed
+  // integer column at its integral value (x <= r | x >= r + 1, or r - 1 | r at the upper
+  // bound): the child holding the point has a smaller box, so this ends once every
+  // integer is fixed. Returns the column to branch on (bval its split value), kNodeDone
+  // when the node is finished, or -1 when every integer is fixed and nothing was found.
+  int resolve_integral_node(std::vector<double>& x, double& obj, double cut, double& bval) {
+    const double saved_tol = lp_.primal_tol;
+    const std::vector<BasisStatus> basis = lp_.basis();
+    lp_.primal_tol = saved_tol * 1e-2;
+    const LpStatus s = lp_.solve(cut, deadline_);
+    lp_.primal_tol = saved_tol;
+    if (s == LpStatus::kOptimal) {
+      obj = std::max(obj, lp_.objective());
+      for (int j = 0; j < n_; ++j) x[j] = lp_.value(j);
+      const int bv = select_branch(x);
+      if (bv >= 0) {
+        bval = x[bv];
+        return bv;
+      }
+      if (take_integral_point(x)) return kNodeDone;
+    } else {
+      // The tighter LP gave up (an infeasible or cutoff verdict at 1e-9 is no proof:
+      // the node is LP feasible at the normal tolerance). Back to the node's optimum.
+      lp_.set_basis(basis);
+      if (lp_.solve(cut, deadline_) != LpStatus::kOptimal) {
+        pruned_bound_ = std::min(pruned_bound_, obj);  // keep the node in the result's bound
+        return kNodeDone;
+      }
+      for (int j = 0; j < n_; ++j) x[j] = lp_.value(j);
+    }
+    // A completion with the integers fixed at their rounded values, then a split.
+    const std::vector<BasisStatus> node_basis = lp_.basis();
+    for (int j : ints_) lp_.set_col_bounds(j, std::round(x[j]), std::round(x[j]));
+    lp_.primal_tol = saved_tol * 1e-2;
+    if (lp_.solve(kInf, deadline_) == LpStatus::kOptimal) {
+      std::vector<double> y(n_);
+      for (int j = 0; j < n_; ++j) y[j] = lp_.value(j);
+      take_integral_point(y);
+    }
+    lp_.primal_tol = saved_tol;
+    for (int j : ints_) lp_.set_col_bounds(j, cur_lb_[j], cur_ub_[j]);
+    lp_.set_basis(node_basis);
+    lp_.solve(kInf, deadline_);  // back to the node's optimum for the branching
+    if (obj >= cutoff()) {
+      note_pruned(obj);
+      return kNodeDone;
+    }
+    int result = -1;
+    double best = -1;
+    for (int j : ints_) {
+      if (cur_lb_[j] >= cur_ub_[j]) continue;
+      const double d = std::abs(x[j] - std::round(x[j]));
+      if (d > best) best = d, result = j;
+    }
+    if (result >= 0) {
+      const double r = std::round(x[result]);
+      bval = r < cur_ub_[result] ? r + 0.5 : r - 0.5;
+    } else {
+      pruned_bound_ = std::min(pruned_bound_, obj);  // a leaf given up: keep its bound
+    }
+    return result;
   }
 
   // Pseudo-cost initialisation by strong branching (Achterberg, Koch and Martin,
@@ -361,8 +527,8 @@ class BranchAndBound {
     if (sb_iterations_ * 10 > lp_.iterations() + 10000) return false;
     std::vector<std::pair<double, int>> cand;
     for (int j : ints_) {
+      if (!branchable(j, x[j])) continue;
       const double f = x[j] - std::floor(x[j]);
-      if (f <= opt_.integrality_tol || f >= 1 - opt_.integrality_tol) continue;
       if (pc_cnt_[2 * j] > 0 && pc_cnt_[2 * j + 1] > 0) continue;
       cand.emplace_back(-std::min(f, 1 - f), j);
     }
@@ -412,7 +578,7 @@ class BranchAndBound {
     for (const DiveRule rule : {DiveRule::kFractional, DiveRule::kCoefficient}) {
       ctx.cutoff = cutoff();
       dive_iterations_ += dive(lp_, ctx, rule, cur_lb_, cur_ub_, [&](const std::vector<double>& x) {
-        if (!try_incumbent(x) && p_.max_violation(x) <= 10 * opt_.feasibility_tol) accept_raw(x);
+        if (!try_incumbent(x) && p_.max_scaled_violation(x) <= 10 * opt_.feasibility_tol) accept_raw(x);
       });
       for (int j : ints_) lp_.set_col_bounds(j, cur_lb_[j], cur_ub_[j]);
       lp_.set_basis(basis);
@@ -451,7 +617,20 @@ class BranchAndBound {
       c->branch_dist = up ? std::ceil(v) - v : v - std::floor(v);
       if (up) c->changes.push_back({j, std::ceil(v), kInf});
       else c->changes.push_back({j, -kInf, std::floor(v)});
+      c->debug_in = node->debug_in && dbg_ && dbg_->in_bounds(j, c->changes[0].lb, c->changes[0].ub);
       local_reduced_cost_fixing(*c, obj);
+      if (c->debug_in) {
+        const DebugSolution* dbg = debug(*c);
+        for (std::size_t k = 1; k < c->changes.size(); ++k) {
+          const BoundChange& bc = c->changes[k];
+          if (dbg != nullptr)
+            dbg->check_bounds(bc.var, bc.lb, bc.ub, [&] {
+              return "local reduced-cost fixing in " + node_name(*c) + " (parent LP bound " +
+                     DebugSolution::num(obj) + ", cutoff " + DebugSolution::num(cutoff()) + ")";
+            });
+          c->debug_in = c->debug_in && dbg_->in_bounds(bc.var, bc.lb, bc.ub);
+        }
+      }
       return c;
     };
     const double f = v - std::floor(v);
@@ -489,6 +668,21 @@ class BranchAndBound {
   }
 
   Result& finish(Result& res, Status st) {
+    finish_status(res, st);
+    if (opt_.verbose && integral_resolves_ > 0)
+      std::cerr << "milp: " << integral_resolves_ << " integral LP points were rejected and re-solved\n";
+    if (const DebugSolution* dbg = debug()) {
+      if (res.status == Status::kInfeasible)
+        dbg->fail("the solve ends infeasible although the debug solution is feasible");
+      if (res.status == Status::kOptimal)
+        dbg->fail("the solve ends optimal with objective " + DebugSolution::num(inc_obj_) +
+                  ", worse than the debug solution's " + DebugSolution::num(dbg->objective()) +
+                  " (internal minimisation units)");
+    }
+    return res;
+  }
+
+  void finish_status(Result& res, Status st) {
     res.nodes = nodes_;
     res.lp_iterations = lp_.iterations();
     res.seconds = seconds();
@@ -501,7 +695,7 @@ class BranchAndBound {
       res.status = st;
       res.bound = st == Status::kUnbounded ? -sign_ * kInf : sign_ * kInf;
       res.gap = kInf;
-      return res;
+      return;
     }
     if (st == Status::kOptimal && open_.empty()) {
       bound = has_inc_ ? std::min(inc_obj_, pruned_bound_) : kInf;
@@ -518,7 +712,6 @@ class BranchAndBound {
     res.bound = sign_ * bound + p_.objective_offset();
     if (has_inc_)
       res.gap = std::abs(res.objective - res.bound) / std::max(std::abs(res.objective), 1e-10);
-    return res;
   }
 
   const Problem& p_;
@@ -539,6 +732,8 @@ class BranchAndBound {
   std::priority_queue<NodePtr, std::vector<NodePtr>, NodeOrder> open_;
   long nodes_ = 0, next_id_ = 0, dive_iterations_ = 0, sb_iterations_ = 0;
   Status stopped_ = Status::kOptimal;
+  std::unique_ptr<DebugSolution> dbg_;
+  long integral_resolves_ = 0;
 };
 
 }  // namespace detail

@@ -27,6 +27,8 @@ struct LinearCut {
   std::vector<std::pair<int, double>> terms;
   double lo = -kInf, hi = kInf;
   double efficacy = 0;  ///< violation at the separated point / Euclidean norm
+  int source_row = -1;  ///< the problem row it was derived from (-1: none)
+  double source_side = 0;  ///< +1: from its `<= hi` side, -1: from its `>= lo` side
 };
 
 /// Separates extended cover cuts from the rows of a problem. O(nnz) set-up; one
@@ -41,8 +43,8 @@ class CoverSeparator {
                                   std::span<const double> ub, double min_violation = 1e-4) const {
     std::vector<LinearCut> cuts;
     for (int i = 0; i < p_.num_rows(); ++i) {
-      if (p_.row_hi(i) < kInf) separate_side(p_.row(i), 1.0, p_.row_hi(i), x, lb, ub, min_violation, cuts);
-      if (p_.row_lo(i) > -kInf) separate_side(p_.row(i), -1.0, -p_.row_lo(i), x, lb, ub, min_violation, cuts);
+      if (p_.row_hi(i) < kInf) separate_side(i, 1.0, p_.row_hi(i), x, lb, ub, min_violation, cuts);
+      if (p_.row_lo(i) > -kInf) separate_side(i, -1.0, -p_.row_lo(i), x, lb, ub, min_violation, cuts);
     }
     return cuts;
   }
@@ -60,9 +62,10 @@ class CoverSeparator {
   }
 
   // Side sign * a·x <= b of one row.
-  void separate_side(const RowView& row, double sign, double b, std::span<const double> x,
+  void separate_side(int row_index, double sign, double b, std::span<const double> x,
                      std::span<const double> lb, std::span<const double> ub, double min_violation,
                      std::vector<LinearCut>& cuts) const {
+    const RowView row = p_.row(row_index);
     std::vector<Item> items;
     for (std::size_t k = 0; k < row.index.size(); ++k) {
       const int j = row.index[k];
@@ -135,6 +138,8 @@ class CoverSeparator {
     std::sort(cut.terms.begin(), cut.terms.end());
     cut.hi = rhs;
     cut.efficacy = violation / std::sqrt(norm);
+    cut.source_row = row_index;
+    cut.source_side = sign;
     cuts.push_back(std::move(cut));
   }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <disagmoe/milp/cover_cuts.hpp>
+#include <disagmoe/milp/debug_solution.hpp>
 #include <disagmoe/milp/problem.hpp>
 #include <disagmoe/milp/dual_simplex.hpp>
 
@@ -22,8 +23,10 @@ namespace disagmoe::milp::detail {
 
 class GomoryCuts {
  public:
-  GomoryCuts(const Problem& p, DualSimplex& lp, const std::vector<int>& ints)
-      : p_(p), lp_(lp), n_(p.num_vars()), covers_(p) {
+  /// `debug` (may be null): every cut is checked against it before it is added.
+  GomoryCuts(const Problem& p, DualSimplex& lp, const std::vector<int>& ints,
+             const DebugSolution* debug = nullptr)
+      : p_(p), lp_(lp), n_(p.num_vars()), covers_(p), dbg_(debug) {
     is_int_.assign(n_, 0);
     for (int j : ints) is_int_[j] = 1;
     for (int i = 0; i < p.num_rows(); ++i) {
@@ -45,10 +48,15 @@ class GomoryCuts {
     double last = lp_.objective();
     int stall = 0;
     for (int round = 0; round < rounds; ++round) {
+      round_ = round;
       const int added = separate();
       if (added == 0) break;
       const LpStatus s = lp_.solve(kInf, deadline);
+      if (dbg_ != nullptr && s == LpStatus::kInfeasible)
+        dbg_->fail("root LP after cut round " + std::to_string(round) + " is infeasible");
       if (s != LpStatus::kOptimal) return s;
+      if (dbg_ != nullptr)
+        dbg_->check_lower_bound(lp_.objective(), [&] { return "root LP after cut round " + std::to_string(round); });
       drop_slack_cuts();
       const double obj = lp_.objective();
       if (obj - last < 1e-4 * std::max(1.0, std::abs(obj))) {
@@ -63,15 +71,43 @@ class GomoryCuts {
 
   int cuts_in_lp() const { return static_cast<int>(rows_.size()) - p_.num_rows(); }
 
+  /// Every cut added so far, in order (also those dropped later as slack).
+  const std::vector<LinearCut>& added_cuts() const { return added_; }
+
+  /// The one way a cut enters the LP: lo <= sum terms <= hi over the problem's columns;
+  /// `integral` when its activity is integer at every integer point (integer columns,
+  /// integer coefficients), so its logical counts as an integer for GMI. Checked against
+  /// the debug solution first; `origin()` names it in that report.
+  template <class Origin>
+  void add_cut(std::vector<std::pair<int, double>> terms, double lo, double hi, bool integral, Origin&& origin) {
+    if (dbg_ != nullptr) dbg_->check_cut(terms, lo, hi, origin);
+    lp_.add_row(terms, lo, hi);
+    LinearCut logged;
+    logged.terms = terms;
+    logged.lo = lo;
+    logged.hi = hi;
+    added_.push_back(std::move(logged));
+    rows_.push_back(std::move(terms));
+    row_int_.push_back(integral);
+  }
+
  private:
   struct Cut {
     std::vector<std::pair<int, double>> terms;
     double rhs;
     double score;
+    int tableau_row = -1;  // basis position it came from (debug messages)
   };
 
   int separate() {
     const int m = lp_.num_rows();
+    act_lo_.assign(m, 0.0);
+    act_hi_.assign(m, 0.0);
+    for (int i = 0; i < m; ++i)
+      for (const auto& [j, v] : rows_[i]) {
+        act_lo_[i] += v > 0 ? v * lp_.col_lb(j) : v * lp_.col_ub(j);
+        act_hi_[i] += v > 0 ? v * lp_.col_ub(j) : v * lp_.col_lb(j);
+      }
     std::vector<std::pair<double, int>> cand;
     for (int r = 0; r < m; ++r) {
       const int k = lp_.basic_var(r);
@@ -87,13 +123,19 @@ class GomoryCuts {
     std::vector<double> alpha;
     for (std::size_t c = 0; c < max_cuts; ++c) {
       Cut cut;
-      if (gmi(cand[c].second, alpha, cut)) cuts.push_back(std::move(cut));
+      if (gmi(cand[c].second, alpha, cut)) {
+        cut.tableau_row = cand[c].second;
+        cuts.push_back(std::move(cut));
+      }
     }
     std::sort(cuts.begin(), cuts.end(), [](const Cut& a, const Cut& b) { return a.score > b.score; });
     for (Cut& cut : cuts) {
-      lp_.add_row(cut.terms, cut.rhs, kInf);
-      rows_.push_back(std::move(cut.terms));
-      row_int_.push_back(false);
+      const int k = lp_.basic_var(cut.tableau_row);
+      add_cut(std::move(cut.terms), cut.rhs, kInf, false, [&] {
+        return "GMI cut of round " + std::to_string(round_) + " from tableau row " +
+               std::to_string(cut.tableau_row) + " (basic " + p_.var_name(k) + " = " +
+               DebugSolution::num(lp_.value(k)) + ")";
+      });
     }
     return static_cast<int>(cuts.size()) + add_covers();
   }
@@ -105,28 +147,63 @@ class GomoryCuts {
     for (int j = 0; j < n_; ++j) x[j] = lp_.value(j), lb[j] = lp_.col_lb(j), ub[j] = lp_.col_ub(j);
     std::vector<LinearCut> cuts = covers_.separate(x, lb, ub);
     for (LinearCut& cut : cuts) {
-      lp_.add_row(cut.terms, cut.lo, cut.hi);
-      rows_.push_back(std::move(cut.terms));
-      row_int_.push_back(true);
+      add_cut(std::move(cut.terms), cut.lo, cut.hi, true, [&] {
+        return "extended cover cut of round " + std::to_string(round_) + " from row " +
+               p_.row_name(cut.source_row) + (cut.source_side > 0 ? " (<= side)" : " (>= side)");
+      });
     }
     return static_cast<int>(cuts.size());
   }
 
+  // Safety rules (the usual ones, e.g. Cornuéjols 2007 §4; Wesselmann and Stuhl,
+  // "Implementing cutting plane management and selection techniques", 2012): a row is
+  // used only when x_B = -sum alpha_j x_j (nonbasics at their bounds) reproduces the LP
+  // value of the basic variable (otherwise the tableau row is numerically dubious) and
+  // no |alpha_j| exceeds 1e6 (an ill-conditioned basis); round-off entries of alpha
+  // (below 1e-11) are not dropped silently but relaxed by their largest effect over
+  // the variable's range, for a logical also bounded by its row's activity (over an
+  // infinite range an entry above 1e-14 rejects the cut); the final cut is rejected
+  // when its coefficients span more than 6 orders of magnitude.
   bool gmi(int r, std::vector<double>& alpha, Cut& cut) {
     lp_.tableau_row(r, alpha);
     const double beta = lp_.value(lp_.basic_var(r));
     const double f0 = beta - std::floor(beta);
     const int total = n_ + lp_.num_rows();
-    std::vector<double> pi(n_, 0.0);
-    double pi0 = 1.0;
+    double beta_row = 0, beta_scale = std::abs(beta);
     for (int j = 0; j < total; ++j) {
       const double a = alpha[j];
-      if (std::abs(a) < 1e-11) continue;
+      if (a == 0.0) continue;
+      if (std::abs(a) > 1e6) return false;
       const BasisStatus st = lp_.status(j);
       if (st == BasisStatus::kFree) return false;
+      const double bound = st == BasisStatus::kAtLower ? lp_.var_lb(j) : lp_.var_ub(j);
+      if (!std::isfinite(bound)) return false;
+      beta_row -= a * bound;
+      beta_scale = std::max(beta_scale, std::abs(a * bound));
+    }
+    if (std::abs(beta_row - beta) > 1e-9 * std::max(1.0, beta_scale)) return false;
+    std::vector<double> pi(n_, 0.0);
+    double pi0 = 1.0;
+    const double gmax = 1.0 / std::min(f0, 1.0 - f0);  // largest g per unit of |alpha|
+    for (int j = 0; j < total; ++j) {
+      const double a = alpha[j];
+      if (a == 0.0) continue;
+      const BasisStatus st = lp_.status(j);
       const bool lower = st == BasisStatus::kAtLower;
       const double bound = lower ? lp_.var_lb(j) : lp_.var_ub(j);
-      if (!std::isfinite(bound)) return false;
+      if (std::abs(a) < 1e-11) {
+        // 0 <= g t_j <= gmax |a| (ub - lb): drop the term, lower the right-hand side. A
+        // logical's range is also bounded by its row's activity over the column bounds.
+        double lo = lp_.var_lb(j), hi = lp_.var_ub(j);
+        if (j >= n_) lo = std::max(lo, act_lo_[j - n_]), hi = std::min(hi, act_hi_[j - n_]);
+        const double range = hi - lo;
+        if (std::isfinite(range)) {
+          pi0 -= gmax * std::abs(a) * range;
+        } else if (std::abs(a) > 1e-14) {
+          return false;  // could matter over an unbounded range
+        }  // else round-off of an entry that is zero in exact arithmetic
+        continue;
+      }
       const double ap = lower ? a : -a;  // coefficient of t_j >= 0
       const bool int_t = j < n_ ? is_int_[j] != 0
                                 : row_int_[j - n_] && bound == std::round(bound);
@@ -203,6 +280,10 @@ class GomoryCuts {
   std::vector<char> is_int_, row_int_;
   std::vector<std::vector<std::pair<int, double>>> rows_;
   CoverSeparator covers_;
+  const DebugSolution* dbg_ = nullptr;
+  int round_ = 0;
+  std::vector<LinearCut> added_;
+  std::vector<double> act_lo_, act_hi_;  // row activity bounds over the column bounds
 };
 
 }  // namespace disagmoe::milp::detail

@@ -8,6 +8,8 @@
 ///  * branch_and_bound.hpp `solve(problem, options)` -> Result (status, objective, bound, gap, ...)
 ///                         with cuts.hpp (GMI + cover_cuts.hpp) and diving.hpp
 ///  * mps.hpp              MPS reader (fixed/free, gzip with zlib) + mps_writer.hpp
+///  * solution_io.hpp      solution files (`name value` lines) and check_solution;
+///                         debug_solution.hpp checks every reduction against a known point
 ///
 ///     #include <disagmoe/milp/milp.hpp>
 ///     namespace milp = disagmoe::milp;
@@ -23,3 +25,4 @@
 #include <disagmoe/milp/problem.hpp>
 #include <disagmoe/milp/result.hpp>
 #include <disagmoe/milp/simplex.hpp>
+#include <disagmoe/milp/solution_io.hpp>

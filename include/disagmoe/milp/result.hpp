@@ -44,12 +44,22 @@ struct Options {
   double rel_gap = 1e-6;        ///< stop when |obj - bound| <= rel_gap * |obj|
   double abs_gap = 1e-6;        ///< or when |obj - bound| <= abs_gap
   double integrality_tol = 1e-6;///< |x - round(x)| below this counts as integral
-  double feasibility_tol = 1e-6;///< accepted row/bound violation of a solution
+  /// Accepted violation of a solution: absolute for bounds, relative to max(1, |side|)
+  /// for rows (Problem::max_scaled_violation).
+  double feasibility_tol = 1e-6;
   int cut_rounds = 20;          ///< rounds of root Gomory mixed-integer cuts (0 = off)
   bool heuristics = true;       ///< rounding and diving primal heuristics
   bool verbose = false;         ///< progress lines on stderr
   /// Called with every improving solution (from the solving thread; keep it cheap).
   std::function<void(const Incumbent&)> on_incumbent;
+  /// Debugging aid (SCIP's "debug solution", debug_solution.hpp): a known feasible point,
+  /// one value per column. While it is better than the incumbent, every cut, bound
+  /// change and pruned node is checked against it, and the first reduction that would
+  /// remove it makes `solve` throw SolverError "milp debug solution: <origin> ..." (cut
+  /// family, round, source row and violation; or node id, bound and objective). Off
+  /// (nullptr) by default, and then costs one pointer test per reduction. Must outlive
+  /// the solve; `solve` throws ConfigError when it is not feasible (within 10 feasibility_tol).
+  const std::vector<double>* debug_solution = nullptr;
 
   /// Throws ConfigError naming the first invalid field.
   void validate() const {

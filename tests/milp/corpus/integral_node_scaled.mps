@@ -1,0 +1,142 @@
+* Regression instance (generated, 2026-12-01; optimum 112.90143930, CBC agrees).
+* At a node the LP optimum is integral but violates row r3 (coefficients ~1e4) by
+* 1.2e-4 after unscaling, within the LP's scaled tolerance; the solver dropped that
+* node and claimed 112.48419342 optimal with root cuts on.
+NAME integral_node_scaled
+OBJSENSE
+    MAX
+ROWS
+ N  OBJ
+ L  r0
+ G  r1
+ L  r2
+ L  r3
+ L  r4
+ G  r5
+ L  r6
+ G  r7
+ G  r8
+COLUMNS
+    M0  'MARKER'  'INTORG'
+    x0  OBJ  -3.3300000000000001
+    x0  r5  -0.028506431950580349
+    x0  r8  0.094132968006418044
+    M1  'MARKER'  'INTEND'
+    x1  OBJ  0.37
+    x1  r2  0.0030000000000000001
+    x1  r3  10000
+    M2  'MARKER'  'INTORG'
+    x2  OBJ  -1.48
+    x2  r5  0.089999999999999997
+    x2  r6  0.040000000000000001
+    x2  r7  -1
+    M3  'MARKER'  'INTEND'
+    x3  OBJ  2.96
+    x3  r3  -30500.632551724531
+    x3  r4  -50
+    x3  r6  -0.090738823554716533
+    x3  r7  -6.1324711360238728
+    M4  'MARKER'  'INTORG'
+    x4  OBJ  3.3300000000000001
+    x4  r5  -0.050000000000000003
+    x4  r7  4.8912726587756046
+    M5  'MARKER'  'INTEND'
+    x5  OBJ  -1.8500000000000001
+    x5  r0  -88525.208065407045
+    x5  r1  -88533.532010163181
+    M6  'MARKER'  'INTORG'
+    x6  OBJ  0.37
+    x6  r3  -44285.425229506342
+    x6  r5  0.02
+    x6  r8  0.089999999999999997
+    x7  OBJ  0.37
+    x7  r4  20
+    x7  r7  6
+    x8  OBJ  2.96
+    x8  r5  -0.093064333135125285
+    x8  r7  8
+    x9  OBJ  3.3300000000000001
+    x9  r2  0.0060000000000000001
+    x9  r3  -23399.646768301645
+    x9  r4  -40
+    x9  r6  0.070000000000000007
+    x10  r0  -60137.57724699859
+    x10  r1  -60134.970496042522
+    x10  r5  0.070000000000000007
+    x10  r8  0.059999999999999998
+    x11  OBJ  -0.73999999999999999
+    x11  r0  -70000
+    x11  r1  -69994.075517063306
+    x11  r2  0.0050000000000000001
+    x11  r4  -30.928292970180955
+    M7  'MARKER'  'INTEND'
+    x12  OBJ  1.48
+    x13  OBJ  -2.2199999999999998
+    x13  r0  70000
+    x13  r1  70002.980233008973
+    x13  r3  -20000
+    x13  r6  0.046553536334928855
+    M8  'MARKER'  'INTORG'
+    x14  OBJ  -1.8500000000000001
+    x14  r0  -60000
+    x14  r1  -59997.489590577563
+    x14  r3  70000
+    x14  r8  0.080254102489473012
+    x15  OBJ  1.8500000000000001
+    x15  r3  -40000
+    x15  r7  2
+    x15  r8  -0.040000000000000001
+    M9  'MARKER'  'INTEND'
+    x16  OBJ  -2.5899999999999999
+    x16  r6  -0.080000000000000002
+    x16  r7  7
+    x16  r8  -0.080000000000000002
+    x17  OBJ  -0.37
+    x17  r2  -0.0015071942350765332
+    x17  r4  -55.832558281037123
+    x17  r7  4.3679791404148496
+RHS
+    RHS  r0  -257160.01151251281
+    RHS  r1  -307160.01151251281
+    RHS  r2  0.012323883733908008
+    RHS  r3  -542792.82109749969
+    RHS  r4  -340.92829297018096
+    RHS  r5  -0.15064333135125274
+    RHS  r6  0.0047438380881697981
+    RHS  r7  39.622494154060178
+    RHS  r8  0.73435675570819448
+RANGES
+    RNG  r4  60
+BOUNDS
+ BV BND  x0
+ LO BND  x1  -5
+ UP BND  x1  8
+ LO BND  x2  -1
+ UP BND  x2  8
+ LO BND  x3  -3
+ UP BND  x3  8
+ UP BND  x4  9
+ LO BND  x5  -1
+ UP BND  x5  10
+ LO BND  x6  -2
+ UP BND  x6  1
+ LO BND  x7  -1
+ UP BND  x7  2
+ LO BND  x8  2
+ UP BND  x8  12
+ LO BND  x9  -5
+ UP BND  x9  -2
+ LO BND  x10  2
+ UP BND  x10  13
+ BV BND  x11
+ UP BND  x12  15
+ LO BND  x13  -3
+ UP BND  x13  10
+ LO BND  x14  -4
+ UP BND  x14  10
+ BV BND  x15
+ LO BND  x16  -4
+ UP BND  x16  0
+ LO BND  x17  -1
+ UP BND  x17  0
+ENDATA
