@@ -23,8 +23,15 @@ template <class Body>
 int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitBadInput;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {  // one line, as for every other bad input
+    std::cerr << app.get_name() << ": error: " << e.what() << " (see --help)\n";
+    return kExitBadInput;
   }
   try {
     return body();

@@ -16,6 +16,7 @@
 #include <disagmoe/runtime/byte_corpus.hpp>
 #include <disagmoe/runtime/checkpoint.hpp>
 #include <disagmoe/runtime/colocated_trainer.hpp>
+#include <disagmoe/spec/model_size.hpp>
 
 #include <Eigen/Core>
 #include <nlohmann/json.hpp>
@@ -23,8 +24,14 @@
 #include "../common/cli_main.hpp"
 #include "progress.hpp"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -52,7 +59,7 @@ struct Args {
   int threads = 1;
   std::string corpus = rt::kDefaultCorpus, save, resume, eval_text;
   double val_fraction = 0.1;
-  int val_every = 100, val_windows = 256, sample = 0;
+  int val_every = 100, val_windows = 256, sample = 0, save_every = 0;
   bool json_out = false, recompute = false;
 };
 
@@ -76,10 +83,17 @@ dm::ModelSpec model_spec(const Args& a) {
   set(m.dense_ffn, a.dense_ffn);
   if (m.first_dense_layers > 0 && m.dense_ffn == 0) m.dense_ffn = 4 * m.hidden;
   if (m.shared_experts > 0 && m.shared_expert_ffn == 0) m.shared_expert_ffn = m.expert_ffn;
-  dm::expect(m.heads > 0 && m.hidden % m.heads == 0, "--hidden", m.hidden,
+  dm::expect(m.heads >= 1, "--heads", m.heads, "a positive integer");
+  dm::expect(m.hidden % m.heads == 0, "--hidden", m.hidden,
              "a multiple of --heads (" + std::to_string(m.heads) + ")");
   m.head_dim = m.hidden / m.heads;
   m.micro_batch = a.micro_batch;
+  const dm::ModelSpec preset = mo::train_preset(a.preset);
+  if (m.layers != preset.layers || m.hidden != preset.hidden || m.heads != preset.heads ||
+      m.kv_heads != preset.kv_heads || m.experts != preset.experts || m.top_k != preset.top_k ||
+      m.expert_ffn != preset.expert_ffn || m.seq_len != preset.seq_len || m.shared_experts != 0 ||
+      m.first_dense_layers != 0 || m.sliding_window != 0)
+    m.name = "custom (from " + a.preset + ")";
   dm::validate(m, "model");
   return m;
 }
@@ -92,10 +106,85 @@ rt::TrainOptions train_options(const Args& a) {
   rt::TrainOptions o;
   o.micro_batches = a.batch / a.micro_batch;
   o.adamw.weight_decay = a.weight_decay;
-  o.lr = {a.lr, std::min(a.min_lr, a.lr), a.warmup, a.steps};
+  dm::expect(a.min_lr <= a.lr || !(a.min_lr == a.min_lr), "--min-lr", a.min_lr,
+             "a value in [0, --lr] (" + std::to_string(a.lr) + ")");
+  o.lr = {a.lr, a.min_lr, a.warmup, a.steps};
   o.clip_norm = a.clip;
   rt::validate(o);
   return o;
+}
+
+// Bytes a run needs, roughly: value, gradient and two AdamW moments per parameter, plus
+// the activations one micro-batch keeps (about 16 rows of width hidden and 4 of width
+// expert_ffn per token, slot and layer; a generous bound of what the stages save).
+double memory_needed(const dm::ModelSpec& m, int micro_batch) {
+  const double tokens = static_cast<double>(micro_batch) * m.seq_len;
+  const double per_layer = tokens * (16.0 * m.hidden + 4.0 * (m.top_k + m.shared_experts) * m.expert_ffn +
+                                     4.0 * m.experts + 2.0 * m.heads * std::min(m.seq_len, 128));
+  return 4.0 * (4.0 * static_cast<double>(dm::total_params(m)) + m.layers * per_layer + 4.0 * tokens * m.vocab);
+}
+
+void check_memory(const dm::ModelSpec& m, int micro_batch) {
+  const double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES)), page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double have = pages > 0 && page > 0 ? pages * page : 0;
+  const double need = memory_needed(m, micro_batch);
+  if (have > 0 && need > 0.8 * have) {
+    std::ostringstream os;
+    os.precision(3);
+    os << "a run that fits in 80% of this machine's " << have / (1 << 30) << " GiB (parameters, gradients, AdamW "
+       << "moments and one micro-batch's activations; lower --experts, --hidden, --layers or --micro-batch)";
+    dm::fail("model", dm::Verbatim{std::to_string(static_cast<long long>(need / (1 << 30))) + " GiB needed"}, os.str());
+  }
+}
+
+// The settings that decide a run's trajectory: a resumed run must use the same ones to
+// continue it bit for bit (the total --steps may grow; the cosine decay follows it).
+std::map<std::string, std::string> run_settings(const Args& a, const dm::ModelSpec& m, std::uint64_t corpus_hash) {
+  auto num = [](double v) {
+    std::ostringstream os;
+    os.precision(17);
+    os << v;
+    return os.str();
+  };
+  return {{"--seed", std::to_string(a.seed)},        {"--lr", num(a.lr)},
+          {"--min-lr", num(a.min_lr)},               {"--warmup", std::to_string(a.warmup)},
+          {"--batch", std::to_string(a.batch)},      {"--micro-batch", std::to_string(a.micro_batch)},
+          {"--weight-decay", num(a.weight_decay)},   {"--clip", num(a.clip)},
+          {"--aux-loss", num(a.aux_loss)},           {"--z-loss", num(a.z_loss)},
+          {"--seq-len", std::to_string(m.seq_len)},  {"--top-k", std::to_string(m.top_k)},
+          {"--sliding-window", std::to_string(m.sliding_window)}, {"--threads", std::to_string(a.threads)},
+          {"--val-fraction", num(a.val_fraction)},   {"--corpus (FNV-1a of its bytes)", std::to_string(corpus_hash)}};
+}
+
+void check_resume_settings(const std::map<std::string, std::string>& saved, const std::map<std::string, std::string>& now) {
+  for (const auto& [key, value] : now) {
+    const auto it = saved.find(key);
+    if (it == saved.end()) continue;  // a checkpoint written by another program
+    dm::expect(it->second == value, key, dm::Verbatim{value},
+               "the checkpoint's " + it->second + " (a resumed run keeps its settings, so that it continues bit for bit)");
+  }
+}
+
+std::uint64_t fnv1a(std::span<const std::uint8_t> bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const std::uint8_t b : bytes) h = (h ^ b) * 0x100000001b3ull;
+  return h;
+}
+
+// Bytes as printable text: newlines and tabs kept, other control and non-ASCII bytes as \xHH.
+std::string printable(const std::string& bytes) {
+  std::string out;
+  for (const char c : bytes) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u == '\n' || u == '\t' || (u >= 0x20 && u < 0x7f)) {
+      out.push_back(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    }
+  }
+  return out;
 }
 
 // Samples `n` bytes after a context of the validation text, at temperature 0.8.
@@ -125,24 +214,72 @@ double batch_loss(Trainer& tr, const rt::Batch& b) {
   return b.sequences > 0 ? tr.evaluate({b.inputs, b.targets, b.sequences}) : std::nan("");
 }
 
+// "n/a" for a loss that was not measured (no validation split), else the value.
+std::string loss_text(double v) {
+  if (std::isnan(v)) return "n/a";
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(4) << v;
+  return os.str();
+}
+
+// Checks what the run will need after training (paths, options) before it starts, so a
+// typo is not found after the training it would have saved.
+void check_outputs(const Args& a) {
+  dm::expect(a.val_windows >= 1, "--val-windows", a.val_windows, "a positive integer");
+  dm::expect(a.save_every >= 0, "--save-every", a.save_every, "an integer >= 0 (0: only at the end)");
+  dm::expect(a.save_every == 0 || !a.save.empty(), "--save-every", a.save_every, "0 unless --save DIR is given");
+  if (!a.save.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.save, ec);
+    dm::expect<dm::IoError>(!ec && std::filesystem::is_directory(a.save) && access(a.save.c_str(), W_OK) == 0,
+                            "--save", a.save, "a directory that can be created and written");
+  }
+}
+
 int run(const Args& a) {
   disagmoe::host::keep_freed_memory();  // no page faults on the blocks each step reuses
   Eigen::setNbThreads(a.threads);  // effective in an OpenMP build (Eigen would take every core)
   const dm::ModelSpec spec = model_spec(a);
   const rt::TrainOptions topt = train_options(a);
+  check_outputs(a);
+  check_memory(spec, a.micro_batch);
   mo::DecoderOptions dopt;
   dopt.aux_loss_coef = a.aux_loss;
   dopt.z_loss_coef = a.z_loss;
+  // Read every input first: a bad file is reported before any training.
+  std::optional<std::vector<std::uint8_t>> eval_bytes;
+  if (!a.eval_text.empty()) {
+    try {
+      eval_bytes = rt::read_corpus(a.eval_text);
+    } catch (const dm::IoError& e) {
+      throw dm::IoError(std::string("--eval-text: ") + e.what());
+    }
+  }
+  const bool need_corpus = a.steps > 0 || a.sample > 0 || a.eval_text.empty();
+  std::vector<std::uint8_t> corpus_bytes;
+  if (need_corpus) corpus_bytes = rt::read_corpus(a.corpus);
+  const auto settings = run_settings(a, spec, fnv1a(corpus_bytes));
+
   Trainer tr(mo::ReferenceAttention<float>(spec, dopt), mo::ReferenceExperts<float>(spec, dopt), spec, topt,
              rt::StageOptions{a.seed, a.recompute});
   mo::Rng data_rng(mo::derive_seed(a.seed, 0xDA7A));
-  if (!a.resume.empty()) data_rng.set_state(rt::load_checkpoint(a.resume, tr).data_rng);
+  if (!a.resume.empty()) {
+    const rt::CheckpointState st = rt::load_checkpoint(a.resume, tr);
+    if (a.steps > tr.steps()) check_resume_settings(st.settings, settings);  // evaluation needs only the shape
+    data_rng.set_state(st.data_rng);
+    dm::expect(a.steps == 0 || a.steps >= tr.steps(), "--steps", a.steps,
+               "0 (evaluate only) or at least the checkpoint's step (" + std::to_string(tr.steps()) + ")");
+  }
+  const std::string config_json = disagmoe::io::mixtral_config(spec, dopt).dump(2);
+  auto save = [&](const std::filesystem::path& dir) {
+    rt::save_checkpoint(dir, tr, config_json, {data_rng.state(), settings});
+  };
 
   json result{{"parameters", tr.parameter_count()}, {"model", disagmoe::io::mixtral_config(spec, dopt)}};
   const bool train = a.steps > tr.steps();
   std::optional<rt::ByteCorpus> corpus;
-  if (train || a.sample > 0 || a.eval_text.empty()) {
-    corpus.emplace(rt::read_corpus(a.corpus), spec.seq_len, a.val_fraction);
+  if (need_corpus) {
+    corpus.emplace(std::move(corpus_bytes), spec.seq_len, a.val_fraction);
     const auto h = rt::entropy_baselines(corpus->train_split());
     result["corpus"] = {{"file", a.corpus}, {"train_bytes", corpus->train_bytes()},
                         {"validation_bytes", corpus->validation_bytes()}, {"unigram_entropy", h.unigram},
@@ -151,7 +288,7 @@ int run(const Args& a) {
       std::cout << "disagmoe-train: " << spec.name << " model, " << tr.parameter_count() << " parameters; corpus "
                 << a.corpus << " (" << corpus->train_bytes() << " train / " << corpus->validation_bytes()
                 << " validation bytes, unigram " << std::setprecision(3) << h.unigram << ", bigram " << h.bigram
-                << " nats/byte)\n";
+                << " nats/byte)\n" << std::defaultfloat;
   }
   std::optional<rt::Batch> val;
   if (corpus && corpus->validation_bytes() > 0) val = corpus->validation(a.val_windows);
@@ -177,12 +314,14 @@ int run(const Args& a) {
       point["val_loss"] = batch_loss(tr, *val);
       if (!a.json_out) {
         bar.clear();
-        std::cout << "step " << tr.steps() << ": loss " << std::fixed << std::setprecision(4) << st.loss
-                  << ", val_loss " << point["val_loss"].get<double>() << ", " << std::setprecision(0)
-                  << tokens / secs << " tokens/s\n" << std::defaultfloat;
+        std::cout << "step " << tr.steps() << ": loss " << loss_text(st.loss) << ", val_loss "
+                  << loss_text(point["val_loss"].get<double>()) << ", " << static_cast<long long>(tokens / secs)
+                  << " tokens/s\n";
       }
     }
     curve.push_back(point);
+    if (a.save_every > 0 && tr.steps() % a.save_every == 0 && tr.steps() < a.steps)
+      save(std::filesystem::path(a.save) / ("step_" + std::to_string(tr.steps())));
   }
   bar.clear();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -194,30 +333,40 @@ int run(const Args& a) {
   result["final_loss"] = final_loss;
   result["val_loss"] = val ? batch_loss(tr, *val) : std::nan("");
   result["curve"] = curve;
-  if (!a.eval_text.empty()) {
-    const auto bytes = rt::read_corpus(a.eval_text);
-    const rt::Batch b = rt::ByteCorpus::windows(bytes, spec.seq_len);
+  if (eval_bytes) {
+    const rt::Batch b = rt::ByteCorpus::windows(*eval_bytes, spec.seq_len);
     result["eval_loss"] = batch_loss(tr, b);
     result["eval_windows"] = b.sequences;
-    if (!a.json_out) std::cout << "eval_loss " << result["eval_loss"].get<double>() << " over " << b.sequences
-                               << " windows of " << a.eval_text << '\n';
+    if (!a.json_out)
+      std::cout << "eval_loss " << loss_text(result["eval_loss"].get<double>()) << " over " << b.sequences
+                << " windows of " << a.eval_text << '\n';
   }
   if (!a.save.empty()) {
-    rt::save_checkpoint(a.save, tr, disagmoe::io::mixtral_config(spec, dopt).dump(2), {data_rng.state()});
+    save(a.save);
     if (!a.json_out) std::cout << "saved " << a.save << "/model.safetensors, config.json, trainer_state.bin\n";
   }
   if (a.sample > 0) {
     mo::Rng rng(mo::derive_seed(a.seed, 0x5A3B));
-    result["sample"] = sample_text(tr, *corpus, a.sample, rng);
-    if (!a.json_out) std::cout << "sample: " << result["sample"].get<std::string>() << '\n';
+    const std::string text = sample_text(tr, *corpus, a.sample, rng);
+    // Bytes need not be UTF-8: JSON gets each byte as the code point of the same value
+    // (Latin-1), so they can be recovered; the terminal gets escapes for unprintable ones.
+    std::string latin1;
+    for (const char c : text) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u < 0x80) latin1.push_back(c);
+      else latin1 += {static_cast<char>(0xC0 | (u >> 6)), static_cast<char>(0x80 | (u & 0x3F))};
+    }
+    result["sample"] = latin1;
+    if (!a.json_out) std::cout << "sample: " << printable(text) << '\n';
   }
   if (a.json_out) {
-    // Sampled bytes need not be UTF-8: replace what is not, rather than fail.
-    std::cout << result.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    std::cout << result.dump(2) << '\n';
   } else if (train) {
     std::cout << "trained " << tr.steps() - first << " steps, " << tokens << " tokens in " << std::setprecision(3)
               << secs << " s: loss " << initial << " -> " << final_loss << ", val_loss "
-              << result["val_loss"].get<double>() << '\n';
+              << loss_text(result["val_loss"].get<double>()) << '\n';
+  } else if (val) {
+    std::cout << "val_loss " << loss_text(result["val_loss"].get<double>()) << " at step " << tr.steps() << '\n';
   }
   return 0;
 }
@@ -226,6 +375,9 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
+  // An empty path is a mistake (an unset shell variable), never "no file".
+  const CLI::Validator kPath([](std::string& v) { return v.empty() ? std::string("expected a path, got \"\"") : std::string(); },
+                             "PATH");
   CLI::App app{"Train a byte-level Mixtral-style MoE language model on CPU (the colocated reference)",
                "disagmoe-train"};
   // A later option overrides an earlier one (so a script can append to a base command).
@@ -239,14 +391,14 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", a.top_k, "experts per token");
   app.add_option("--expert-ffn", a.expert_ffn, "intermediate width of an expert");
   app.add_option("--shared-experts", a.shared_experts, "always-active experts per layer");
-  app.add_option("--shared-expert-ffn", a.shared_expert_ffn, "intermediate width of a shared expert");
+  app.add_option("--shared-expert-ffn", a.shared_expert_ffn, "intermediate width of a shared expert (default: --expert-ffn)");
   app.add_option("--sliding-window", a.sliding_window, "attention window in tokens (0: full causal)");
   app.add_option("--dense-layers", a.dense_layers, "leading dense (non-MoE) layers, as DeepSeek-MoE's first");
   app.add_option("--dense-ffn", a.dense_ffn, "intermediate width of a dense layer (default 4 x hidden)");
   app.add_option("--seq-len", a.seq_len, "bytes per training sequence");
   app.add_option("--micro-batch", a.micro_batch, "sequences per micro-batch")->capture_default_str();
   app.add_option("--batch", a.batch, "sequences per step (a multiple of --micro-batch)")->capture_default_str();
-  app.add_option("--steps", a.steps, "total optimizer steps (a resumed run continues up to it)")->capture_default_str();
+  app.add_option("--steps", a.steps, "total optimizer steps (a resumed run continues up to it; the cosine decay ends there)")->capture_default_str();
   app.add_option("--lr", a.lr, "peak learning rate")->capture_default_str();
   app.add_option("--min-lr", a.min_lr, "final learning rate of the cosine decay")->capture_default_str();
   app.add_option("--warmup", a.warmup, "linear warm-up steps")->capture_default_str();
@@ -257,13 +409,16 @@ int main(int argc, char** argv) {
   app.add_option("--seed", a.seed, "seed of the weights and the data sampling")->capture_default_str();
   app.add_option("--threads", a.threads, "Eigen threads (results are deterministic per thread count)")->capture_default_str();
   app.add_flag("--recompute", a.recompute, "recompute activations in backward (less memory)");
-  app.add_option("--corpus", a.corpus, "training text, plain or .gz")->capture_default_str();
+  app.add_option("--corpus", a.corpus, "training text, plain or .gz")->capture_default_str()->check(kPath);
   app.add_option("--val-fraction", a.val_fraction, "share of the corpus held out for validation")->capture_default_str();
   app.add_option("--val-every", a.val_every, "validation loss every N steps")->capture_default_str();
   app.add_option("--val-windows", a.val_windows, "validation windows evaluated")->capture_default_str();
-  app.add_option("--save", a.save, "write model.safetensors, config.json and trainer_state.bin to DIR");
-  app.add_option("--resume", a.resume, "continue from a checkpoint DIR (bit-for-bit)");
-  app.add_option("--eval-text", a.eval_text, "mean next-byte loss of the model over the windows of FILE");
+  app.add_option("--save", a.save, "write model.safetensors, config.json and trainer_state.bin to DIR")->check(kPath);
+  app.add_option("--save-every", a.save_every, "also save DIR/step_N every N steps (resume from one to continue the run bit for bit)");
+  app.add_option("--resume", a.resume,
+                 "continue from a checkpoint DIR, bit for bit: the run's settings must match the checkpoint's")
+      ->check(kPath);
+  app.add_option("--eval-text", a.eval_text, "mean next-byte loss of the model over the windows of FILE")->check(kPath);
   app.add_option("--sample", a.sample, "print N bytes generated by the model");
   app.add_flag("--json", a.json_out, "print one JSON object on stdout");
   return disagmoe::cli::run_main(app, argc, argv, [&] {

@@ -10,7 +10,9 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -151,6 +153,31 @@ TEST_CASE("a corrupt or foreign checkpoint is one IoError and changes nothing") 
     io.close();
     auto fresh = make(spec_of(8));
     CHECK_THROWS_WITH_AS(rt::load_checkpoint(dir.path, fresh), doctest::Contains("checksum"), dm::IoError);
+  }
+  SUBCASE("a model file from another save") {
+    const auto other_dir = dir.path / "other";
+    train_step(tr, rng);
+    rt::save_checkpoint(other_dir, tr, "{}", {rng.state()});
+    fs::copy_file(other_dir / "model.safetensors", dir.path / "model.safetensors", fs::copy_options::overwrite_existing);
+    auto fresh = make(spec_of(8));
+    const auto before = all_values(fresh);
+    CHECK_THROWS_WITH_AS(rt::load_checkpoint(dir.path, fresh), doctest::Contains("come from different saves"),
+                         dm::IoError);
+    CHECK(all_values(fresh) == before);
+  }
+  SUBCASE("a diverged model") {
+    tr.attention().parameters().slots()[1].value->data()[0] = std::nanf("");
+    rt::save_checkpoint(dir.path / "nan", tr, "{}", {});
+    auto fresh = make(spec_of(8));
+    CHECK_THROWS_WITH_AS(rt::load_checkpoint(dir.path / "nan", fresh), doctest::Contains("expected finite values"),
+                         dm::IoError);
+  }
+  SUBCASE("run settings travel with the checkpoint") {
+    rt::save_checkpoint(dir.path / "s", tr, "{}", {rng.state(), {{"lr", "0.003"}, {"seed", "5"}}});
+    auto fresh = make(spec_of(8));
+    const auto st = rt::load_checkpoint(dir.path / "s", fresh);
+    CHECK(st.settings == std::map<std::string, std::string>{{"lr", "0.003"}, {"seed", "5"}});
+    CHECK(st.data_rng == rng.state());
   }
   SUBCASE("missing directory") {
     auto fresh = make(spec_of(8));

@@ -5,10 +5,12 @@
 ///    so that `MixtralForCausalLM` loads a model of Mixtral's shape;
 ///  - `config.json`: the model's configuration, written as given by the caller;
 ///  - `trainer_state.bin`: the AdamW moments of every parameter ("m:" / "v:" + name), the
-///    step, the data sampler's RNG state and a fingerprint of the parameter names and
-///    shapes, in the checksummed state file of state_file.hpp.
-/// Loading checks every tensor's presence and shape before it changes anything, so a
-/// checkpoint of another model is one IoError naming the tensor and both shapes.
+///    step, the data sampler's RNG state, a fingerprint of the parameter names and
+///    shapes and a hash of the weights, in the checksummed state file of state_file.hpp.
+/// Loading checks every tensor's presence, shape and finiteness and that the two files
+/// come from one save before it changes anything: a checkpoint of another model, a
+/// model file from another save or a diverged one is one IoError naming what differs.
+/// The caller's run settings travel as string metadata of model.safetensors.
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -18,8 +20,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <ostream>
 #include <span>
 #include <sstream>
@@ -32,6 +36,9 @@ namespace disagmoe::runtime {
 /// What a checkpoint carries besides parameters, moments and the step.
 struct CheckpointState {
   model::Rng::State data_rng{};  ///< the training-data sampler's position
+  /// The caller's run settings (hyper-parameters, data identity), stored as metadata of
+  /// model.safetensors so a resume can insist on the same run.
+  std::map<std::string, std::string> settings;
 };
 
 namespace detail {
@@ -49,6 +56,14 @@ auto checkpoint_slots(Trainer& tr) {
   for (auto& s : tr.attention().parameters().slots()) all.push_back(&s);
   for (auto& s : tr.experts().parameters().slots()) all.push_back(&s);
   return all;
+}
+
+/// FNV-1a 64 over every weight's bytes: the state file matches only its own model file.
+template <class Slots>
+std::uint64_t weights_hash(const Slots& slots) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const auto* s : slots) h = fnv1a64(h, s->value->data(), static_cast<std::size_t>(s->value->size()) * sizeof(float));
+  return h;
 }
 
 /// FNV-1a 64 over the names and shapes: a state file matches only its own model.
@@ -83,11 +98,14 @@ void save_checkpoint(const std::filesystem::path& dir, Trainer& tr, const std::s
     st.put("m:" + s->name, std::span<const float>(s->m.data(), n));
     st.put("v:" + s->name, std::span<const float>(s->v.data(), n));
   }
-  write_safetensors(dir / "model.safetensors", views, {{"format", "pt"}});
+  std::map<std::string, std::string> meta = state.settings;
+  meta["format"] = "pt";  // what transformers' loader expects
+  write_safetensors(dir / "model.safetensors", views, meta);
   detail::write_file_atomically(dir / "config.json", [&](std::ostream& out) { out << config_json << '\n'; });
   const std::array<std::uint64_t, 1> step{static_cast<std::uint64_t>(tr.steps())};
-  const std::array<std::uint64_t, 1> fp{detail::layout_fingerprint(slots)};
+  const std::array<std::uint64_t, 1> fp{detail::layout_fingerprint(slots)}, wh{detail::weights_hash(slots)};
   st.put("step", step);
+  st.put("weights_hash", wh);
   st.put("data_rng", state.data_rng);
   st.put("layout_fingerprint", fp);
   st.write(dir / "trainer_state.bin");
@@ -100,7 +118,8 @@ template <class Trainer>
 CheckpointState load_checkpoint(const std::filesystem::path& dir, Trainer& tr) {
   const auto slots = detail::checkpoint_slots(tr);
   const auto model_file = dir / "model.safetensors";
-  const auto tensors = read_safetensors(model_file);
+  const auto contents = read_safetensors_with_metadata(model_file);
+  const auto& tensors = contents.tensors;
   const StateReader st(dir / "trainer_state.bin");
   const std::string where = model_file.string() + ": tensor ";
   for (const auto* s : slots) {
@@ -119,8 +138,22 @@ CheckpointState load_checkpoint(const std::filesystem::path& dir, Trainer& tr) {
   if (fp != detail::layout_fingerprint(slots))
     fail<IoError>((dir / "trainer_state.bin").string() + ": layout_fingerprint", fp,
                   "the fingerprint of this model's parameters (state of another model?)");
+  for (const auto* s : slots)
+    for (const float v : tensors.at(s->name).data)
+      if (!std::isfinite(v))
+        fail<IoError>(where + '"' + s->name + '"', v, "finite values (a checkpoint of a diverged run?)");
+  std::uint64_t file_hash = 0xcbf29ce484222325ull;  // as weights_hash, over the file's tensors
+  for (const auto* s : slots) {
+    const auto& data = tensors.at(s->name).data;
+    file_hash = detail::fnv1a64(file_hash, data.data(), data.size() * sizeof(float));
+  }
+  if (const std::uint64_t h = st.u64("weights_hash", 1)[0]; h != file_hash)
+    fail<IoError>((dir / "trainer_state.bin").string() + ": weights_hash", h,
+                  "the hash of " + model_file.string() + " (the two files come from different saves)");
   const std::uint64_t step = st.u64("step", 1)[0];
   CheckpointState out;
+  out.settings = contents.metadata;
+  out.settings.erase("format");
   const auto rng = st.u64("data_rng", out.data_rng.size());
   for (const auto* s : slots) {  // read every moment before writing anything
     st.f32("m:" + s->name, static_cast<std::size_t>(s->value->size()));
