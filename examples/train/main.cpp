@@ -171,12 +171,13 @@ std::uint64_t fnv1a(std::span<const std::uint8_t> bytes) {
   return h;
 }
 
-// Bytes as printable text: newlines and tabs kept, other control and non-ASCII bytes as \xHH.
+// Bytes for a terminal: control bytes other than newline and tab as \xHH (they could
+// drive the terminal); the rest as is, so the corpus' UTF-8 stays readable.
 std::string printable(const std::string& bytes) {
   std::string out;
   for (const char c : bytes) {
     const auto u = static_cast<unsigned char>(c);
-    if (u == '\n' || u == '\t' || (u >= 0x20 && u < 0x7f)) {
+    if (u == '\n' || u == '\t' || (u >= 0x20 && u != 0x7f)) {
       out.push_back(c);
     } else {
       char buf[8];

@@ -3,6 +3,8 @@
 /// A process-wide allocator setting for host training loops.
 #pragma once
 
+#include <cstdlib>  // first: it defines __GLIBC__ (via <features.h>) for the test below
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
