@@ -187,39 +187,30 @@ class Problem {
   /// (relative difference; Achterberg, "Constraint integer programming", 2007, §3.3.1):
   /// a row with right-hand side 2e6 may be off by 2e-6·tol·1e6, the accuracy the LP can
   /// reach in its scaled rows. Bounds and integrality stay absolute. O(nnz).
-  double max_scaled_violation(std::span<const double> x) const {
-    double worst = 0;
-    for (int j = 0; j < num_vars(); ++j) {
-      worst = std::max({worst, lb_[j] - x[j], x[j] - ub_[j]});
-      if (is_integer(j)) worst = std::max(worst, std::abs(x[j] - std::round(x[j])));
-    }
-    for (int i = 0; i < num_rows(); ++i) {
-      const RowView r = row(i);
-      double a = 0;
-      for (std::size_t k = 0; k < r.index.size(); ++k) a += r.value[k] * x[r.index[k]];
-      if (a < row_lo_[i]) worst = std::max(worst, (row_lo_[i] - a) / std::max(1.0, std::abs(row_lo_[i])));
-      if (a > row_hi_[i]) worst = std::max(worst, (a - row_hi_[i]) / std::max(1.0, std::abs(row_hi_[i])));
-    }
-    return worst;
-  }
+  double max_scaled_violation(std::span<const double> x) const { return violation(x, true); }
 
   /// Largest violation of bounds, rows and integrality by x (absolute). O(nnz).
-  double max_violation(std::span<const double> x) const {
+  double max_violation(std::span<const double> x) const { return violation(x, false); }
+
+ private:
+  // Bounds and integrality absolute; rows absolute or relative to max(1, |side|).
+  double violation(std::span<const double> x, bool relative_rows) const {
     double worst = 0;
     for (int j = 0; j < num_vars(); ++j) {
       worst = std::max({worst, lb_[j] - x[j], x[j] - ub_[j]});
       if (is_integer(j)) worst = std::max(worst, std::abs(x[j] - std::round(x[j])));
     }
+    auto scale = [&](double side) { return relative_rows ? std::max(1.0, std::abs(side)) : 1.0; };
     for (int i = 0; i < num_rows(); ++i) {
       const RowView r = row(i);
       double a = 0;
       for (std::size_t k = 0; k < r.index.size(); ++k) a += r.value[k] * x[r.index[k]];
-      worst = std::max({worst, row_lo_[i] - a, a - row_hi_[i]});
+      if (a < row_lo_[i]) worst = std::max(worst, (row_lo_[i] - a) / scale(row_lo_[i]));
+      if (a > row_hi_[i]) worst = std::max(worst, (a - row_hi_[i]) / scale(row_hi_[i]));
     }
     return worst;
   }
 
- private:
   static std::string num(double v) {
     std::ostringstream os;
     os.precision(17);
