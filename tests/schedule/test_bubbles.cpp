@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Closed-form bubble checks under uniform costs and zero communication
-// (anchors-style-and-schedules.md B1, B2, B6, B7, B9).
+// (the bubble formulas published with each schedule).
 #include "uniform.hpp"
 
 #include <disagmoe/schedule/baselines.hpp>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Golden per-worker orders for small sizes, written out by hand from the rules in
-// anchors-style-and-schedules.md part B (and afpipe.hpp for AF-Pipe).
+// the published schedules (and afpipe.hpp for AF-Pipe).
 #include "uniform.hpp"
 
 #include <disagmoe/schedule/afpipe.hpp>

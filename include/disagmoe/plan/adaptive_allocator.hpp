@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file adaptive_allocator.hpp
-/// `AdaptiveAllocator`: DisagMoE's adaptive worker allocation (MISSION.md). The MILP
+/// `AdaptiveAllocator`: DisagMoE's adaptive worker allocation (arXiv 2605.11005). The MILP
 /// of allocation_milp.hpp gives a seed (the split of GPUs and NICs between attention
 /// and FFN groups and the number of group pairs that minimises the pipeline stage
 /// bound), which a local search refines with a pluggable `step_time_oracle` (the

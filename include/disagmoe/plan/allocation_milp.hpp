@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file allocation_milp.hpp
 /// The GPU/NIC split between attention and FFN groups, the number of group pairs and
-/// recomputation as one mixed-integer linear program (MISSION.md, "Adaptive worker
+/// recomputation as one mixed-integer linear program (DisagMoE, arXiv 2605.11005, "Adaptive worker
 /// allocation"), solved by the library's branch and bound (milp/, see
 /// adaptive_allocator.hpp).
 ///

@@ -6,7 +6,7 @@
 /// two time helpers every planner and simulator uses.
 ///
 /// Split of a layer between the sides of a disaggregated deployment (DisagMoE,
-/// MISSION.md "Disaggregated placement"): the A side runs the attention block and
+/// DisagMoE (arXiv 2605.11005) "Disaggregated placement"): the A side runs the attention block and
 /// the router (the router decides where tokens go, so it runs before dispatch); the
 /// F side runs routed experts, shared experts and the dense FFN of dense layers.
 ///
@@ -107,7 +107,7 @@ struct DispatchOptions {
   int ep_size = 1;
   /// Send each token once per destination GPU (not once per chosen expert), with the
   /// F side summing its gate-weighted expert outputs before returning one row
-  /// (Expert Coupling, MISSION.md Idea 2; DeepEP's deduplicated dispatch).
+  /// (Expert Coupling, arXiv 2610.09372; DeepEP's deduplicated dispatch).
   bool dedup = true;
   /// Caller-given rows per token for MoE layers (e.g. measured from a routing trace
   /// by placement/); 0 = derive: expected_distinct_gpus if dedup, else top_k.
@@ -145,7 +145,7 @@ inline double return_bytes(const ModelSpec& m, int l, const DispatchOptions& opt
 
 /// Bytes of AF-Pipe's fused communication stage at the boundary after layer `l`:
 /// the return of layer l (F→A) and the dispatch of layer l + 1 (A→F) travel in one
-/// aligned stage (MISSION.md, AF-Pipe "Stage alignment"). For the last layer only
+/// aligned stage (DisagMoE, arXiv 2605.11005, AF-Pipe "Stage alignment"). For the last layer only
 /// the return is left. O(1).
 inline double fused_stage_bytes(const ModelSpec& m, int l, const DispatchOptions& opt) {
   double b = return_bytes(m, l, opt);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file layer_assignment.hpp
-/// Interleaved layer assignment of DisagMoE (MISSION.md, "Interleaved layer
+/// Interleaved layer assignment of DisagMoE (arXiv 2605.11005, "Interleaved layer
 /// assignment": with p group pairs, pair i holds layers i, i+p, i+2p, …) and the
 /// memory of the attention (A) and FFN (F) workers of each pair, with a checker that
 /// every worker fits its GPU.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file local_search.hpp
 /// Local search over allocations around a seed, driven by any `step_time_oracle`
-/// (MISSION.md, "Adaptive worker allocation": the roofline/MILP seed is refined by
+/// (DisagMoE, arXiv 2605.11005, "Adaptive worker allocation": the roofline/MILP seed is refined by
 /// local search with step times that include what the seed's model leaves out).
 #pragma once
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file roofline.hpp
-/// The compute–communication roofline of DisagMoE's allocator (MISSION.md, "Adaptive
+/// The compute–communication roofline of DisagMoE's allocator (DisagMoE, arXiv 2605.11005, "Adaptive
 /// worker allocation"): the roofline model of Williams, Waterman and Patterson
 /// (CACM 52(4), 2009) with the network in place of DRAM. For a component on its
 /// resources, achieved FLOP/s per GPU = min(compute ceiling, intensity × bandwidth),

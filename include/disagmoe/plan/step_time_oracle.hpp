@@ -3,7 +3,7 @@
 /// The `step_time_oracle` concept: anything that predicts or measures the optimizer
 /// step time of an allocation — the analytic model (local_search.hpp), the
 /// schedule simulator, measured step times — so the allocator's local search can be
-/// driven by any of them (MISSION.md: "refined by local search using measured
+/// driven by any of them (DisagMoE, arXiv 2605.11005: "refined by local search using measured
 /// per-step times to account for overheads the model misses").
 ///
 /// Shape taken from stdexec (`__detail/__sender_concepts.hpp`): a model opts in with

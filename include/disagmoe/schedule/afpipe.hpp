@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file afpipe.hpp
-/// AF-Pipe (DisagMoE, arXiv 2605.11005; MISSION.md "AF-Pipe"): attention groups (A) and
+/// AF-Pipe (DisagMoE, arXiv 2605.11005, "AF-Pipe"): attention groups (A) and
 /// FFN groups (F) on disjoint workers, layer l on pair l mod p (interleaved layer
 /// assignment), one-way M2N dispatch A→F and N2M return F→A, stage alignment that fuses
 /// the combine of layer l with the dispatch towards layer l+1 (F_l sends straight to
@@ -10,7 +10,7 @@
 /// Order per worker (our definition; the paper gives no op-level listing): micro-batches
 /// in groups of `group_size`; the forward stream runs, group by group, every layer the
 /// worker holds round by round (layers i, i+p, ...), each round over the group's
-/// micro-batches (MegaScale-Infer's ping-pong, anchors-style-and-schedules.md B8); the
+/// micro-batches (MegaScale-Infer's ping-pong); the
 /// backward stream runs each group's backward in reverse layer order as soon as its
 /// gradients arrive, concurrently with the next group's forward. At most
 /// `max_in_flight` micro-batches are between their first forward and last backward

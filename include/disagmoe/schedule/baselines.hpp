@@ -3,7 +3,7 @@
 /// Baseline schedules on colocated expert parallelism: every worker is one pipeline
 /// stage whose GPUs run attention data-parallel and experts expert-parallel, with
 /// all-to-all dispatch/combine inside the worker. Rules from
-/// anchors-style-and-schedules.md part B (B1 1F1B, B2 interleaved, B3 A2A overlap) and
+/// the published schedules (1F1B, interleaved 1F1B, Megatron's A2A overlap) and
 /// the chunked FFN/all-to-all overlap of Tutel (`a2a_ffn_overlap_degree`) and Comet.
 #pragma once
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file describe.hpp
 /// Compact text forms of a schedule's per-worker order, in the spirit of PyTorch's
-/// `_format_pipeline_order` (anchors-style-and-schedules.md B10): used by golden tests
+/// `_format_pipeline_order`: used by golden tests
 /// and `disagmoe-sim --print-order`.
 #pragma once
 

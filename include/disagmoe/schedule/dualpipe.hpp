@@ -3,7 +3,7 @@
 /// DualPipe (DeepSeek-V3 report §3.2.1; deepseek-ai/DualPipe `dualpipe.py`, `DualPipe.step`)
 /// and DualPipeV (Sea AI Lab "cut-in-half"; `dualpipev.py`, PyTorch `ScheduleDualPipeV`)
 /// on colocated expert-parallel workers. The eight-step per-rank orders are those of
-/// anchors-style-and-schedules.md B6/B7; F&B pairs overlap the forward (fwd stream) of one
+/// the DualPipe paper (DeepSeek-V3, arXiv 2412.19437, Fig. 5); F&B pairs overlap the forward (fwd stream) of one
 /// micro-batch with the backward (bwd stream) of another so each all-to-all hides behind
 /// the other's compute; deferred weight gradients go through a FIFO (`WeightGradStore`).
 #pragma once

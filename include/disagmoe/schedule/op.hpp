@@ -7,8 +7,8 @@
 /// equal shares of the data (one pipeline stage of a colocated EP job, or one attention
 /// or FFN group of AF-Pipe). Under uniform routing all GPUs of such a group behave
 /// identically, so simulating one representative GPU per group is exact and keeps a
-/// 128-GPU step at a few thousand ops (DESIGN.md §1; vTrain's per-stream node lists with
-/// cross-stream edges, anchors-style-and-schedules.md B10).
+/// 128-GPU step at a few thousand ops (vTrain's per-stream node lists with
+/// cross-stream edges).
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -38,7 +38,7 @@ enum class OpKind : std::uint8_t {
   kAllReduce,                ///< data-parallel gradient all-reduce inside one worker
 };
 
-/// The three streams of a worker (MISSION.md, AF-Pipe "asynchronous execution").
+/// The three streams of a worker (DisagMoE, arXiv 2605.11005, AF-Pipe "asynchronous execution").
 enum class Stream : std::uint8_t { kForward = 0, kBackward = 1, kComm = 2 };
 /// Number of streams per worker.
 inline constexpr int kStreams = 3;

@@ -5,7 +5,7 @@
 /// Shared by every baseline policy so that 1F1B, interleaved 1F1B, Megatron's A2A
 /// overlap, chunked overlap, DualPipe and DualPipeV differ only in their action lists
 /// (the "schedule, passes, execution" split of sail-sg's zero-bubble runtime,
-/// anchors-style-and-schedules.md B11.1).
+/// `zbpp` in github.com/sail-sg/zero-bubble-pipeline-parallelism).
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -240,7 +240,6 @@ class PipelineEmitter {
   // Emits half `part` (0 or 1) of layer step i of chain c. Splitting each layer in two
   // halves lets an overlapped F&B step interleave them as Megatron's combined 1F1B does:
   // comm stream  combine_bwd | dispatch_fwd -> dispatch_bwd | combine_fwd
-  // (anchors-style-and-schedules.md B3).
   void emit_half(int w, Chain& c, int i, int part) {
     const int l = layer_at(c, i);
     const LayerCost& lc = pb_.layers[static_cast<std::size_t>(l)];

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file policy.hpp
 /// The `schedule_policy` concept: an opt-in tag plus a structural check (stdexec's
-/// `sender_concept` idiom, anchors-style-and-schedules.md A3/A9.3).
+/// `sender_concept` idiom).
 #pragma once
 
 #include <disagmoe/schedule/op.hpp>

@@ -3,7 +3,7 @@
 /// Discrete-event simulation of one training step of a Schedule in virtual time.
 ///
 /// Rules (issue 5; the recurrence of sail-sg's `transform_schedule` generalised to
-/// shared resources, anchors-style-and-schedules.md B10/B11.2):
+/// shared resources):
 /// - an op starts when it heads its (worker, stream) queue and all its deps are done;
 ///   comm ops of a worker with `in_order_comm == false` start as soon as deps are done;
 /// - compute ops progress at 1/seconds, divided equally among the compute ops running on
