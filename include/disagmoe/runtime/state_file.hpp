@@ -28,8 +28,8 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
-// Shares the little-endian, UTF-8 and atomic-write helpers of the safetensors writer.
-#include <disagmoe/runtime/safetensors.hpp>
+#include <disagmoe/runtime/file_io.hpp>
+#include <disagmoe/runtime/json_text.hpp>
 
 #include <algorithm>
 #include <array>
