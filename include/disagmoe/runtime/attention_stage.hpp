@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -71,8 +72,7 @@ class AttentionStage {
   /// reference stays valid until the next forward of this stage.
   const AttentionOutput<T>& forward(int layer, int mb, const Matrix& h) {
     const std::size_t i = index_of(layer);
-    auto [it, fresh] = saved_.try_emplace({layer, mb});
-    expect(fresh, field("forward", layer, mb), "already in flight", "backward_weight() before the next forward");
+    auto it = emplace(saved_, std::pair{layer, mb}, "forward", layer, mb);
     compute_.forward(weights_[i], layer, h, output_, it->second.saved);
     if (options_.recompute) {
       it->second.input = h;
@@ -97,19 +97,26 @@ class AttentionStage {
   /// Accumulates `layer`'s weight gradients for `mb` and releases its saved state.
   void backward_weight(int layer, int mb) {
     const std::size_t i = index_of(layer);
-    auto it = saved_.find({layer, mb});
+    const auto it = find_locked(saved_, std::pair{layer, mb});
     if (it == saved_.end() || !it->second.input_done)
       fail(field("backward_weight", layer, mb), "not ready", "backward_input() of this layer and micro-batch first");
     compute_.backward_weight(weights_[i], layer, it->second.saved, grads_[i]);
-    saved_.erase(it);
+    erase_locked(saved_, it);
   }
 
   /// Drops the saved state of (`layer`, `mb`) without a backward (evaluation).
-  void release(int layer, int mb) { saved_.erase({layer, mb}); }
+  void release(int layer, int mb) {
+    const std::lock_guard lock(map_mu_);
+    saved_.erase({layer, mb});
+  }
   /// Drops the ids kept for the embedding backward of `mb` (evaluation).
-  void release_embedding(int mb) { ids_.erase(mb); }
+  void release_embedding(int mb) {
+    const std::lock_guard lock(map_mu_);
+    ids_.erase(mb);
+  }
   /// Drops every saved state (after a failed step, so the next one can start).
   void release_all() {
+    const std::lock_guard lock(map_mu_);
     saved_.clear();
     head_saved_.clear();
     ids_.clear();
@@ -119,22 +126,22 @@ class AttentionStage {
   void embed(int mb, std::span<const int> ids, Matrix& h) {
     require_edge(layout_.embedding, "embed");
     compute_.embed(*edges_, ids, h);
+    const std::lock_guard lock(map_mu_);
     ids_[mb].assign(ids.begin(), ids.end());
   }
   /// Accumulates the embedding gradient of micro-batch `mb`.
   void embed_backward(int mb, const Matrix& dh) {
     require_edge(layout_.embedding, "embed_backward");
-    auto it = ids_.find(mb);
+    const auto it = find_locked(ids_, mb);
     if (it == ids_.end()) fail(field("embed_backward", -1, mb), "not in flight", "embed() first");
     compute_.embed_backward(it->second, dh, *edge_grads_);
-    ids_.erase(it);
+    erase_locked(ids_, it);
   }
 
   /// Mean loss of micro-batch `mb` (last stage only); keeps what the backward needs.
   T head_forward(int mb, const Matrix& h, std::span<const int> targets) {
     require_edge(layout_.head, "head_forward");
-    auto [it, fresh] = head_saved_.try_emplace(mb);
-    expect(fresh, field("head_forward", -1, mb), "already in flight", "head_backward_weight() first");
+    auto it = emplace(head_saved_, mb, "head_forward", -1, mb);
     return compute_.head_forward(*edges_, h, targets, it->second);
   }
   /// The loss of `h` against `targets` without keeping state (evaluation).
@@ -156,6 +163,7 @@ class AttentionStage {
   void head_backward_weight(int mb) {
     require_edge(layout_.head, "head_backward_weight");
     compute_.head_backward_weight(head_entry(mb), *edge_grads_);
+    const std::lock_guard lock(map_mu_);
     head_saved_.erase(mb);
   }
 
@@ -163,7 +171,10 @@ class AttentionStage {
   [[nodiscard]] ParameterSet<T>& parameters() { return params_; }
   [[nodiscard]] const ParameterSet<T>& parameters() const { return params_; }
   /// (layer, micro-batch) pairs and heads whose saved state is still held.
-  [[nodiscard]] std::size_t in_flight() const { return saved_.size() + head_saved_.size() + ids_.size(); }
+  [[nodiscard]] std::size_t in_flight() const {
+    const std::lock_guard lock(map_mu_);
+    return saved_.size() + head_saved_.size() + ids_.size();
+  }
   [[nodiscard]] const AttentionStageLayout& layout() const { return layout_; }
   [[nodiscard]] const Compute& compute() const { return compute_; }
 
@@ -195,13 +206,33 @@ class AttentionStage {
   }
 
   std::size_t index_of(int layer) const { return detail::stage_layer_index(layout_.layers, layer, "AttentionStage"); }
+  // The maps of saved state are touched by the forward and backward streams at once
+  // (runtime/worker_executor.hpp); only lookups and updates hold the lock, never compute,
+  // and an entry is used by one stream at a time (std::map nodes do not move).
+  template <class Map, class Key>
+  auto emplace(Map& map, const Key& key, const char* call, int layer, int mb) {
+    const std::lock_guard lock(map_mu_);
+    auto [it, fresh] = map.try_emplace(key);
+    expect(fresh, field(call, layer, mb), "already in flight", "the backward of this micro-batch first");
+    return it;
+  }
+  template <class Map, class Key>
+  auto find_locked(Map& map, const Key& key) {
+    const std::lock_guard lock(map_mu_);
+    return map.find(key);
+  }
+  template <class Map, class It>
+  void erase_locked(Map& map, It it) {
+    const std::lock_guard lock(map_mu_);
+    map.erase(it);
+  }
   Entry& entry(int layer, int mb, const char* call) {
-    auto it = saved_.find({layer, mb});
+    const auto it = find_locked(saved_, std::pair{layer, mb});
     if (it == saved_.end()) fail(field(call, layer, mb), "not in flight", "forward() of this layer and micro-batch first");
     return it->second;
   }
   typename Compute::HeadSaved& head_entry(int mb) {
-    auto it = head_saved_.find(mb);
+    const auto it = find_locked(head_saved_, mb);
     if (it == head_saved_.end()) fail(field("head backward", -1, mb), "not in flight", "head_forward() first");
     return it->second;
   }
@@ -220,6 +251,7 @@ class AttentionStage {
   std::vector<typename Compute::Weights> weights_, grads_;
   std::optional<typename Compute::EdgeWeights> edges_, edge_grads_;
   ParameterSet<T> params_;
+  mutable std::mutex map_mu_;
   std::map<std::pair<int, int>, Entry> saved_;
   std::map<int, typename Compute::HeadSaved> head_saved_;
   std::map<int, std::vector<int>> ids_;

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace disagmoe::runtime {
@@ -41,6 +42,20 @@ inline void validate(const TrainOptions& o) {
          "a finite value >= 0 (0 disables clipping)");
 }
 
+namespace detail {
+
+/// The gradient scale of torch.nn.utils.clip_grad_norm_ (max_norm / (norm + 1e-6) when
+/// above max_norm). A non-finite norm stops the step: a diverged loss must not turn
+/// every weight into NaN behind the user's back.
+inline double clip_factor(const TrainOptions& o, double grad_norm, std::int64_t step) {
+  if (!std::isfinite(grad_norm))
+    fail("step " + std::to_string(step) + " gradient norm", grad_norm,
+         "a finite value (the loss diverged; lower the learning rate); no update was made");
+  return o.clip_norm > 0 && grad_norm > o.clip_norm ? o.clip_norm / (grad_norm + 1e-6) : 1.0;
+}
+
+}  // namespace detail
+
 /// What one step measured. Losses are means over the step's micro-batches.
 struct StepStats {
   double loss = 0;       ///< language-model cross-entropy, nats per byte
@@ -55,6 +70,18 @@ struct TokenBatch {
   std::span<const int> inputs, targets;
   int sequences = 0;
 };
+
+namespace detail {
+
+/// ConfigError unless `b` holds at least one sequence of `spec.seq_len` inputs and targets.
+inline void check_batch(const ModelSpec& spec, const TokenBatch& b) {
+  expect(b.sequences >= 1, "batch.sequences", b.sequences, "a positive integer");
+  const auto n = static_cast<std::size_t>(b.sequences) * static_cast<std::size_t>(spec.seq_len);
+  expect(b.inputs.size() == n, "batch.inputs.size()", b.inputs.size(), "sequences * seq_len (" + std::to_string(n) + ")");
+  expect(b.targets.size() == n, "batch.targets.size()", b.targets.size(), "sequences * seq_len (" + std::to_string(n) + ")");
+}
+
+}  // namespace detail
 
 /// See the file comment. `Attention` and `Experts` must share a scalar type.
 template <attention_compute Attention, expert_compute Experts>
@@ -79,13 +106,7 @@ class ColocatedTrainer {
   /// gradients, global-norm clipping, AdamW at the scheduled rate.
   StepStats step(const TokenBatch& batch) {
     StepStats st = compute_gradients(batch);
-    // A diverged loss must not turn every weight into NaN behind the user's back.
-    if (!std::isfinite(st.grad_norm))
-      fail("step " + std::to_string(step_ + 1) + " gradient norm", st.grad_norm,
-           "a finite value (the loss diverged; lower the learning rate); no update was made");
-    // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above max_norm.
-    const double clip = options_.clip_norm > 0 && st.grad_norm > options_.clip_norm
-                            ? options_.clip_norm / (st.grad_norm + 1e-6) : 1.0;
+    const double clip = detail::clip_factor(options_, st.grad_norm, step_ + 1);
     st.lr = options_.lr.at(step_);
     ++step_;
     attention_.parameters().adamw_step(options_.adamw, st.lr, clip, step_);
@@ -98,7 +119,7 @@ class ColocatedTrainer {
   /// stages' parameter sets; nothing is updated.
   StepStats compute_gradients(const TokenBatch& batch) {
     const int m = options_.micro_batches;
-    check_batch(batch);
+    detail::check_batch(spec_, batch);
     expect(batch.sequences % m == 0, "batch.sequences", batch.sequences,
            "a multiple of the micro-batches (" + std::to_string(m) + ")");
     attention_.parameters().zero_grad();
@@ -115,7 +136,7 @@ class ColocatedTrainer {
   /// Mean language-model loss over `batch` (no auxiliary terms, no state kept),
   /// evaluated `max_sequences` sequences at a time.
   double evaluate(const TokenBatch& batch, int max_sequences = 8) {
-    check_batch(batch);
+    detail::check_batch(spec_, batch);
     expect(max_sequences >= 1, "evaluate max_sequences", max_sequences, "a positive integer");
     double total = 0;
     const auto s = static_cast<std::size_t>(spec_.seq_len);
@@ -171,7 +192,10 @@ class ColocatedTrainer {
     }
     st.aux_loss /= m;
     st.z_loss /= m;
-    st.grad_norm = std::sqrt(attention_.parameters().grad_square_sum() + experts_.parameters().grad_square_sum());
+    std::vector<std::pair<std::string, double>> sums;
+    append_square_sums(attention_.parameters(), sums);
+    append_square_sums(experts_.parameters(), sums);
+    st.grad_norm = canonical_grad_norm(std::move(sums));
     return st;
   }
 
@@ -186,13 +210,6 @@ class ColocatedTrainer {
     for (int i = 0; i < spec.layers; ++i) l.layers.push_back(i);
     l.embedding = l.head = true;
     return l;
-  }
-
-  void check_batch(const TokenBatch& b) const {
-    expect(b.sequences >= 1, "batch.sequences", b.sequences, "a positive integer");
-    const auto n = static_cast<std::size_t>(b.sequences) * static_cast<std::size_t>(spec_.seq_len);
-    expect(b.inputs.size() == n, "batch.inputs.size()", b.inputs.size(), "sequences * seq_len (" + std::to_string(n) + ")");
-    expect(b.targets.size() == n, "batch.targets.size()", b.targets.size(), "sequences * seq_len (" + std::to_string(n) + ")");
   }
 
   Matrix forward_layer(int l, int mb, const Matrix& h, Layer& keep, StepStats& st) {

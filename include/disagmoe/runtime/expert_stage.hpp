@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -87,8 +88,12 @@ class ExpertStage {
     const std::size_t i = index_of(layer);
     expect(offsets.size() == weights_[i].size() + 1, field("forward", layer, mb) + " offsets.size()", offsets.size(),
            "local experts + 1 (" + std::to_string(weights_[i].size() + 1) + ")");
-    auto [it, fresh] = saved_.try_emplace({layer, mb});
-    expect(fresh, field("forward", layer, mb), "already in flight", "backward_weight() before the next forward");
+    const auto it = [&] {
+      const std::lock_guard lock(map_mu_);
+      auto [at, fresh] = saved_.try_emplace({layer, mb});
+      expect(fresh, field("forward", layer, mb), "already in flight", "backward_weight() before the next forward");
+      return at;
+    }();
     compute_.forward(weights_[i], offsets, rows, out, it->second.saved);
     if (options_.recompute) {
       it->second.rows = rows;
@@ -100,7 +105,7 @@ class ExpertStage {
   /// d_rows = dL/d rows from d_out = dL/d(expert outputs), already gate-weighted.
   void backward_input(int layer, int mb, const Matrix& d_out, Matrix& d_rows) {
     const std::size_t i = index_of(layer);
-    auto it = saved_.find({layer, mb});
+    const auto it = find_locked(layer, mb);
     if (it == saved_.end()) fail(field("backward_input", layer, mb), "not in flight", "forward() first");
     Entry& e = it->second;
     if (options_.recompute) {
@@ -115,21 +120,31 @@ class ExpertStage {
   /// Accumulates the experts' weight gradients for `mb` and releases the saved state.
   void backward_weight(int layer, int mb) {
     const std::size_t i = index_of(layer);
-    auto it = saved_.find({layer, mb});
+    const auto it = find_locked(layer, mb);
     if (it == saved_.end() || !it->second.input_done)
       fail(field("backward_weight", layer, mb), "not ready", "backward_input() first");
     compute_.backward_weight(it->second.saved, grads_[i]);
+    const std::lock_guard lock(map_mu_);
     saved_.erase(it);
   }
 
   /// Drops the saved state of (`layer`, `mb`) without a backward (evaluation).
-  void release(int layer, int mb) { saved_.erase({layer, mb}); }
+  void release(int layer, int mb) {
+    const std::lock_guard lock(map_mu_);
+    saved_.erase({layer, mb});
+  }
   /// Drops every saved state (after a failed step, so the next one can start).
-  void release_all() { saved_.clear(); }
+  void release_all() {
+    const std::lock_guard lock(map_mu_);
+    saved_.clear();
+  }
 
   [[nodiscard]] ParameterSet<T>& parameters() { return params_; }
   [[nodiscard]] const ParameterSet<T>& parameters() const { return params_; }
-  [[nodiscard]] std::size_t in_flight() const { return saved_.size(); }
+  [[nodiscard]] std::size_t in_flight() const {
+    const std::lock_guard lock(map_mu_);
+    return saved_.size();
+  }
   [[nodiscard]] const ExpertStageLayout& layout() const { return layout_; }
 
  private:
@@ -154,6 +169,12 @@ class ExpertStage {
           params_.add(prefix + values[p].name, values[p].shape, *values[p].value, *grads[p].value);
       }
   }
+  // Lookups and updates of the saved state lock (forward and backward streams run at
+  // once); compute does not, and each entry is used by one stream at a time.
+  auto find_locked(int layer, int mb) {
+    const std::lock_guard lock(map_mu_);
+    return saved_.find({layer, mb});
+  }
   std::size_t index_of(int layer) const { return detail::stage_layer_index(layout_.layers, layer, "ExpertStage"); }
   static std::string field(const char* call, int layer, int mb) {
     return std::string("ExpertStage.") + call + "(layer " + std::to_string(layer) + ", micro-batch " +
@@ -166,6 +187,7 @@ class ExpertStage {
   StageOptions options_;
   std::vector<std::vector<typename Compute::Weights>> weights_, grads_;
   ParameterSet<T> params_;
+  mutable std::mutex map_mu_;
   std::map<std::pair<int, int>, Entry> saved_;
 };
 

@@ -9,8 +9,11 @@
 #include <disagmoe/runtime/adamw.hpp>
 #include <disagmoe/runtime/parameter.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace disagmoe::runtime {
@@ -46,15 +49,13 @@ class ParameterSet {
     for (auto& s : slots_) s.grad->setZero();
   }
 
-  /// Sum of squared gradient entries, accumulated in double in slot order (so the global
-  /// norm is the same for any split of the slots that is summed in the same order).
-  [[nodiscard]] double grad_square_sum() const {
+  /// Sum of squared gradient entries of one slot, accumulated in double in storage order.
+  [[nodiscard]] static double grad_square_sum(const ParameterSlot<T>& s) {
     double acc = 0;
-    for (const auto& s : slots_)
-      for (Eigen::Index i = 0; i < s.grad->size(); ++i) {
-        const double g = static_cast<double>(s.grad->data()[i]);
-        acc += g * g;
-      }
+    for (Eigen::Index i = 0; i < s.grad->size(); ++i) {
+      const double g = static_cast<double>(s.grad->data()[i]);
+      acc += g * g;
+    }
     return acc;
   }
 
@@ -81,5 +82,20 @@ class ParameterSet {
 
   std::vector<ParameterSlot<T>> slots_;
 };
+
+/// The global gradient norm over named per-slot square sums, summed in name order, so
+/// that every split of the model over stages and workers gets the same bits.
+inline double canonical_grad_norm(std::vector<std::pair<std::string, double>> square_sums) {
+  std::sort(square_sums.begin(), square_sums.end());
+  double acc = 0;
+  for (const auto& [name, sq] : square_sums) acc += sq;
+  return std::sqrt(acc);
+}
+
+/// Appends (name, square sum) of every slot of `p` to `out`.
+template <class T>
+void append_square_sums(const ParameterSet<T>& p, std::vector<std::pair<std::string, double>>& out) {
+  for (const auto& s : p.slots()) out.emplace_back(s.name, ParameterSet<T>::grad_square_sum(s));
+}
 
 }  // namespace disagmoe::runtime

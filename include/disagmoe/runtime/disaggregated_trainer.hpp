@@ -1,0 +1,557 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file disaggregated_trainer.hpp
+/// `DisaggregatedTrainer`: AF-Pipe training on real workers (DisagMoE, arXiv 2605.11005):
+/// p attention workers and p FFN workers, layer l's attention on A_{l mod p} and its
+/// experts on F_{l mod p}, driven by the very op lists that `schedule::AFPipe` emits for
+/// the simulator, lowered to per-worker programs (schedule/lowering.hpp) and run on
+/// three streams per worker (runtime/worker_executor.hpp) over any `comm::transport`
+/// whose ranks 0..p-1 are A_0..A_{p-1} and p..2p-1 are F_0..F_{p-1} (loopback threads,
+/// MPI processes). Every rank calls the same functions with the same batch (SPMD).
+///
+/// It trains exactly the model `ColocatedTrainer` trains, bit for bit: every
+/// micro-batch's arithmetic is the colocated one (the same stages, computes, token
+/// grouping and combine order), weight gradients accumulate in micro-batch order (each
+/// worker's backward stream runs them so), the global gradient norm is summed in
+/// parameter-name order on both, and the optimizer is elementwise.
+///
+/// What travels (one message per schedule transfer, T tokens of a micro-batch, d wide):
+///  - M2N dispatch A_l -> F_l: normed tokens [T, d], top-k ids and gates [T, k];
+///    with stage alignment also the residual [T, d], which F_l adds to the expert output
+///    so that F_l -> A_{l+1} (fused combine + dispatch) carries the next layer's input;
+///  - N2M return F_l -> A_l: the combined expert output [T, d] (A_l adds the residual);
+///  - backward: dL/dy [T, d] towards F_l; dL/dx [T, d] and dL/dgate [T, k] back to A_l
+///    (with stage alignment also dL/dy, which A_l needs for the residual branch);
+///  - residual-stream hand-offs between attention workers where the schedule has them.
+/// The loss head runs on the worker holding the last layer, when the backward first needs
+/// its gradient; its weight gradient accumulates with that layer's backward (in order).
+#pragma once
+
+#include <disagmoe/comm/all_gather.hpp>
+#include <disagmoe/comm/transport.hpp>
+#include <disagmoe/error.hpp>
+#include <disagmoe/plan/cost_model.hpp>
+#include <disagmoe/runtime/colocated_trainer.hpp>
+#include <disagmoe/runtime/worker_executor.hpp>
+#include <disagmoe/schedule/afpipe.hpp>
+#include <disagmoe/schedule/lowering.hpp>
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace disagmoe::runtime {
+
+/// How the disaggregated run is laid out and scheduled.
+struct DisaggregatedOptions {
+  int pairs = 1;                  ///< p: attention workers = FFN workers = p (world size 2p)
+  schedule::AFPipe policy{};      ///< ping-pong group, in-flight window, stage alignment
+  ExecutorOptions executor{};     ///< fault deadline
+  /// Rates the schedule's op costs assume (they fix the agreed comm order and the
+  /// simulated prediction, never the arithmetic).
+  double flops_per_second = 5e10;
+  double bytes_per_second = 1e10;
+};
+
+/// Throws ConfigError naming the first field that cannot run `spec` on a world of
+/// `world_size` ranks.
+inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int world_size) {
+  expect(o.pairs >= 1, "DisaggregatedOptions.pairs", o.pairs, "a positive integer");
+  expect(o.pairs <= spec.layers, "DisaggregatedOptions.pairs", o.pairs,
+         "at most the model's layers (" + std::to_string(spec.layers) + "): pair i holds layers i, i + p, ...");
+  expect(world_size == 2 * o.pairs, "world size", world_size,
+         "2 * pairs (" + std::to_string(2 * o.pairs) + "): ranks 0..p-1 attention, p..2p-1 FFN workers");
+  expect(o.policy.group_size >= 0 && o.policy.max_in_flight >= 0, "DisaggregatedOptions.policy.group_size",
+         o.policy.group_size, "an integer >= 0 (0: the policy's default)");
+  expect(o.flops_per_second > 0 && o.bytes_per_second > 0, "DisaggregatedOptions.flops_per_second",
+         o.flops_per_second, "positive rates");
+  expect(o.executor.timeout.count() > 0, "DisaggregatedOptions.executor.timeout (ms)", o.executor.timeout.count(),
+         "a positive deadline");
+}
+
+/// The AF-Pipe problem of `spec` (micro-batches of `spec.micro_batch` sequences) on `pairs`
+/// pairs of one-GPU workers: layer costs from plan::layer_cost at the given rates, the
+/// bytes of the messages listed in the file comment.
+inline schedule::Problem afpipe_problem(const ModelSpec& spec, int pairs, int micro_batches, double flops_per_second,
+                                        double bytes_per_second, std::size_t element_bytes = 4) {
+  schedule::Problem pb;
+  for (int side = 0; side < 2; ++side)
+    for (int i = 0; i < pairs; ++i) {
+      schedule::Worker w;
+      w.name = (side == 0 ? "A" : "F") + std::to_string(i);
+      w.role = side == 0 ? schedule::Role::kAttention : schedule::Role::kFfn;
+      w.first_node = side * pairs + i;
+      w.nic_bandwidth = w.nvlink_bandwidth = bytes_per_second;
+      w.peak_flops = flops_per_second;
+      pb.workers.push_back(w);
+    }
+  pb.micro_batches = micro_batches;
+  const double t = double(spec.tokens_per_micro_batch()), d = spec.hidden, e = double(element_bytes);
+  pb.tokens_per_micro_batch = t * pairs;
+  for (int l = 0; l < spec.layers; ++l) {
+    const auto c = plan::layer_cost(spec, l);
+    const auto a = c.attention_side() + c.dense_ffn, f = c.experts + c.shared_experts;
+    schedule::LayerCost lc;
+    lc.moe = c.moe;
+    lc.attn_fwd = a.forward / flops_per_second;
+    lc.attn_bwd = a.backward_input / flops_per_second;
+    lc.attn_wgrad = a.backward_weight / flops_per_second;
+    lc.expert_fwd = f.forward / flops_per_second;
+    lc.expert_bwd = f.backward_input / flops_per_second;
+    lc.expert_wgrad = f.backward_weight / flops_per_second;
+    lc.dispatch_bytes = t * (d * e + spec.top_k * 8.0);
+    lc.combine_bytes = lc.hidden_bytes = t * d * e;
+    pb.flops_per_micro_batch += c.total().total();
+    pb.layers.push_back(lc);
+  }
+  return pb;
+}
+
+/// See the file comment. One object per rank; `world` must outlive it.
+template <attention_compute Attention, expert_compute Experts, comm::transport Transport>
+class DisaggregatedTrainer {
+ public:
+  using T = typename Attention::scalar_type;
+  static_assert(std::is_same_v<T, typename Experts::scalar_type>,
+                "attention and expert computes must use one scalar type");
+  using Matrix = model::Matrix<T>;
+
+  /// Collective over `world`: builds this rank's stage and agrees on the parameter list.
+  DisaggregatedTrainer(Attention attention, Experts experts, const ModelSpec& spec, TrainOptions train,
+                       DisaggregatedOptions options, Transport& world, StageOptions stage = {})
+      : spec_(spec), train_(train), options_(options), world_(world) {
+    validate(spec_);
+    validate(train_);
+    validate(options_, spec_, world_.size());
+    p_ = options_.pairs;
+    rank_ = world_.rank();
+    if (is_attention()) {
+      AttentionStageLayout layout;
+      for (int l = rank_; l < spec_.layers; l += p_) layout.layers.push_back(l);
+      layout.embedding = rank_ == 0;
+      layout.head = (spec_.layers - 1) % p_ == rank_;
+      attention_.emplace(std::move(attention), spec_, std::move(layout), stage);
+    } else {
+      ExpertStageLayout layout;
+      std::vector<int> ids(static_cast<std::size_t>(spec_.experts + spec_.shared_experts));
+      for (std::size_t k = 0; k < ids.size(); ++k) ids[k] = static_cast<int>(k);
+      for (int l = rank_ - p_; l < spec_.layers; l += p_)
+        if (spec_.is_moe_layer(l)) {
+          layout.layers.push_back(l);
+          layout.experts.push_back(ids);
+        }
+      experts_.emplace(std::move(experts), spec_, std::move(layout), stage);
+    }
+    agree_on_parameters();
+  }
+
+  /// One optimizer step (collective): the disaggregated forward and backward of every
+  /// micro-batch, the global norm, clipping and AdamW on every worker's own parameters.
+  StepStats step(const TokenBatch& batch) {
+    StepStats st = compute_gradients(batch);
+    const double clip = detail::clip_factor(train_, st.grad_norm, step_ + 1);
+    st.lr = train_.lr.at(step_);
+    ++step_;
+    for_each_parameter_set([&](auto& ps) { ps.adamw_step(train_.adamw, st.lr, clip, step_); });
+    return st;
+  }
+
+  /// The gradients of the step's objective on every worker (collective), nothing updated.
+  StepStats compute_gradients(const TokenBatch& batch) {
+    expect(!failed_, "DisaggregatedTrainer", "failed", "a trainer whose earlier step did not fail (create a new one)");
+    detail::check_batch(spec_, batch);
+    const int m = train_.micro_batches;
+    expect(batch.sequences % m == 0, "batch.sequences", batch.sequences,
+           "a multiple of the micro-batches (" + std::to_string(m) + ")");
+    for_each_parameter_set([](auto& ps) { ps.zero_grad(); });
+    try {
+      prepare(batch);
+      Handler handler{*this};
+      ExecutorOptions exec = options_.executor;
+      exec.step = step_ + 1;
+      timeline_ = run_worker(schedule_, program(), world_, handler, exec);
+      return gather_stats();
+    } catch (...) {
+      failed_ = true;  // the peers' state is out of step with ours: no further steps
+      if (attention_) attention_->release_all();
+      if (experts_) experts_->release_all();
+      cells_.clear();
+      throw;
+    }
+  }
+
+  /// This rank's worker index in the schedule (0..p-1: A_i, p..2p-1: F_{i-p}).
+  [[nodiscard]] int worker() const { return rank_; }
+  [[nodiscard]] bool is_attention() const { return rank_ < p_; }
+  /// The schedule of the last step (built for its micro-batch size).
+  [[nodiscard]] const schedule::Schedule& schedule() const { return schedule_; }
+  /// Measured start and end of every op this worker ran in the last step (seconds).
+  [[nodiscard]] const std::vector<MeasuredOp>& timeline() const { return timeline_; }
+  /// This rank's stages (the other is absent).
+  [[nodiscard]] AttentionStage<Attention>* attention() { return attention_ ? &*attention_ : nullptr; }
+  [[nodiscard]] ExpertStage<Experts>* experts() { return experts_ ? &*experts_ : nullptr; }
+  [[nodiscard]] std::int64_t steps() const { return step_; }
+  /// Trainable scalars of the whole model (all workers).
+  [[nodiscard]] std::int64_t parameter_count() const { return total_parameters_; }
+
+ private:
+  // What one (micro-batch, layer) keeps between ops on this worker.
+  struct Cell {
+    Matrix h, residual, tokens, gates, next, expert_out, y, dy, dh, d_tokens, d_gates;
+    model::IndexMatrix topk;
+    std::optional<LocalDispatch> dispatch;
+    double aux = 0, z = 0;
+    bool head_done = false;
+  };
+
+  struct Handler {
+    DisaggregatedTrainer& t;
+    void compute(int op) { t.run_compute(op); }
+    std::span<const std::byte> send_payload(int op) { return t.pack(op); }
+    std::span<std::byte> recv_buffer(int op) {
+      auto& buf = t.wire_[op];
+      buf.resize(t.payload_bytes(op));
+      return buf;
+    }
+    void received(int op) { t.unpack(op); }
+    void sent(int op) { t.wire_.erase(op); }
+    void collective(int) {}  // one rank per worker: its all-reduce is the identity
+  };
+
+  // ---- layout -----------------------------------------------------------------
+
+  int attention_worker(int l) const { return l % p_; }
+  int ffn_worker(int l) const { return p_ + l % p_; }
+  bool moe(int l) const { return spec_.is_moe_layer(l); }
+  bool last(int l) const { return l + 1 == spec_.layers; }
+  /// Stage alignment on MoE layer l: F_l sends the next layer's input to A_{l+1}.
+  bool fused(int l) const { return moe(l) && !last(l) && options_.policy.fuse_combine_dispatch; }
+  Cell& cell(int mb, int l) { return cells_[static_cast<std::size_t>(mb) * static_cast<std::size_t>(spec_.layers) + static_cast<std::size_t>(l)]; }
+
+  template <class F>
+  void for_each_parameter_set(F&& f) {
+    if (attention_) f(attention_->parameters());
+    if (experts_) f(experts_->parameters());
+  }
+
+  // ---- per step -----------------------------------------------------------------
+
+  const schedule::WorkerProgram& program() const { return lowered_.workers[static_cast<std::size_t>(rank_)]; }
+
+  void prepare(const TokenBatch& batch) {
+    const int m = train_.micro_batches;
+    const int per = batch.sequences / m;
+    if (per != sequences_per_micro_batch_) {  // every rank builds the same schedule
+      ModelSpec mb_spec = spec_;
+      mb_spec.micro_batch = per;
+      schedule_ = options_.policy.build(afpipe_problem(mb_spec, p_, m, options_.flops_per_second,
+                                                       options_.bytes_per_second, sizeof(T)));
+      lowered_ = schedule::lower(schedule_);
+      sequences_per_micro_batch_ = per;
+    }
+    tokens_ = static_cast<std::size_t>(per) * static_cast<std::size_t>(spec_.seq_len);
+    batch_ = batch;
+    cells_.assign(static_cast<std::size_t>(m) * static_cast<std::size_t>(spec_.layers), Cell{});
+    final_.assign(static_cast<std::size_t>(m), Matrix());
+    loss_.assign(static_cast<std::size_t>(m), T{0});
+    wire_.clear();
+  }
+
+  std::span<const int> slice(std::span<const int> all, int mb) const {
+    return all.subspan(static_cast<std::size_t>(mb) * tokens_, tokens_);
+  }
+  T loss_scale() const { return static_cast<T>(1.0 / train_.micro_batches); }
+
+  void run_compute(int id) {
+    const schedule::Op& o = schedule_.ops[static_cast<std::size_t>(id)];
+    const int l = o.layer, j = o.micro_batch;
+    Cell& c = cell(j, l);
+    switch (o.kind) {
+      case schedule::OpKind::kAttentionForward: return attention_forward(j, l, c);
+      case schedule::OpKind::kAttentionBackwardInput: return attention_backward(j, l, c);
+      case schedule::OpKind::kAttentionBackwardWeight:
+        if (last(l)) attention_->head_backward_weight(j);  // micro-batch order, as colocated
+        return attention_->backward_weight(l, j);
+      case schedule::OpKind::kExpertForward: return expert_forward(j, l, c);
+      case schedule::OpKind::kExpertBackwardInput: return expert_backward(j, l, c);
+      case schedule::OpKind::kExpertBackwardWeight: return experts_->backward_weight(l, j);
+      default: fail("DisaggregatedTrainer op", schedule::describe_op(schedule_, id), "a compute op of AF-Pipe");
+    }
+  }
+
+  void attention_forward(int j, int l, Cell& c) {
+    if (l == 0) attention_->embed(j, slice(batch_.inputs, j), c.h);
+    const AttentionOutput<T>& out = attention_->forward(l, j, c.h);
+    c.h = Matrix();
+    if (!moe(l)) return hand_on(j, l, out.residual);
+    c.residual = out.residual;
+    c.tokens = out.tokens;
+    c.topk = out.topk_ids;
+    c.gates = out.gates;
+    c.aux = static_cast<double>(out.aux_loss);
+    c.z = static_cast<double>(out.z_loss);
+  }
+
+  /// The output of layer l (on A_l) becomes layer l+1's input: here, or sent by the
+  /// schedule's hand-off, or the head's input after the last layer.
+  void hand_on(int j, int l, const Matrix& next) {
+    if (last(l)) final_[static_cast<std::size_t>(j)] = next;
+    else if (attention_worker(l + 1) == rank_) cell(j, l + 1).h = next;
+    else cell(j, l).next = next;
+  }
+
+  /// dL/d(output of the last layer) of micro-batch j (runs the head once).
+  Matrix& head_gradient(int j) {
+    Cell& c = cell(j, spec_.layers - 1);
+    if (!c.head_done) {
+      loss_[static_cast<std::size_t>(j)] =
+          attention_->head_forward(j, final_[static_cast<std::size_t>(j)], slice(batch_.targets, j));
+      attention_->head_backward_input(j, loss_scale(), c.dy);
+      final_[static_cast<std::size_t>(j)] = Matrix();
+      c.head_done = true;
+    }
+    return c.dy;
+  }
+  Matrix& output_gradient(int j, int l) { return last(l) ? head_gradient(j) : cell(j, l).dy; }
+
+  void attention_backward(int j, int l, Cell& c) {
+    Matrix& dy = output_gradient(j, l);
+    Matrix dh;
+    const AttentionGradients<T> g = moe(l) ? AttentionGradients<T>{&dy, &c.d_tokens, &c.d_gates, loss_scale()}
+                                           : AttentionGradients<T>{&dy, nullptr, nullptr, loss_scale()};
+    attention_->backward_input(l, j, g, dh);
+    c.dy = c.d_tokens = c.d_gates = Matrix();
+    if (l == 0) return attention_->embed_backward(j, dh);
+    // dh is dL/d(output of layer l-1): travels with the fused backward dispatch, by a
+    // hand-off, or stays here.
+    if (!fused(l - 1) && attention_worker(l - 1) == rank_) cell(j, l - 1).dy = std::move(dh);
+    else c.dh = std::move(dh);
+  }
+
+  void expert_forward(int j, int l, Cell& c) {
+    c.dispatch.emplace(c.topk, spec_.experts, spec_.shared_experts);
+    Matrix rows;
+    group_rows(*c.dispatch, c.tokens, rows);
+    c.tokens = Matrix();
+    experts_->forward(l, j, c.dispatch->offsets, rows, c.expert_out);
+    combine_outputs(*c.dispatch, c.expert_out, c.gates, c.y);
+    if (fused(l)) {  // the next layer's input, as colocated: residual + y
+      c.y = c.residual + c.y;
+      c.residual = Matrix();
+    }
+  }
+
+  void expert_backward(int j, int l, Cell& c) {
+    Matrix d_out, d_rows;
+    combine_backward(*c.dispatch, c.expert_out, c.gates, c.dy, d_out, c.d_gates);
+    experts_->backward_input(l, j, d_out, d_rows);
+    combine_input_gradients(*c.dispatch, d_rows, c.d_tokens);
+    c.expert_out = c.gates = Matrix();
+    c.dispatch.reset();
+  }
+
+  // ---- messages -------------------------------------------------------------------
+
+  /// The matrices (in order) that transfer `id` carries; `receiving` selects the
+  /// receiver's cells. Both ends list the same shapes, so sizes agree.
+  std::vector<std::pair<void*, std::size_t>> segments(int id, bool receiving) {
+    const schedule::Op& o = schedule_.ops[static_cast<std::size_t>(id)];
+    const int l = o.layer, j = o.micro_batch;
+    const std::size_t td = tokens_ * static_cast<std::size_t>(spec_.hidden) * sizeof(T);
+    const std::size_t tk = tokens_ * static_cast<std::size_t>(spec_.top_k);
+    Cell& c = cell(j, l);
+    using K = schedule::OpKind;
+    auto m = [&](Matrix& x, std::size_t bytes) -> std::pair<void*, std::size_t> {
+      if (receiving) x.resize(static_cast<Eigen::Index>(tokens_), static_cast<Eigen::Index>(bytes / sizeof(T) / tokens_));
+      return {x.data(), bytes};
+    };
+    if (!o.backward) {
+      switch (o.kind) {
+        case K::kSend:  // A_l -> A_{l+1}: the next layer's input
+          return {m(receiving ? cell(j, l + 1).h : c.next, td)};
+        case K::kDispatch: {
+          if (receiving) c.topk.resize(static_cast<Eigen::Index>(tokens_), spec_.top_k);
+          std::vector<std::pair<void*, std::size_t>> s{m(c.tokens, td), {c.topk.data(), tk * sizeof(int)},
+                                                      m(c.gates, tk * sizeof(T))};
+          if (fused(l)) s.push_back(m(c.residual, td));
+          return s;
+        }
+        case K::kReturn: return {m(c.y, td)};
+        case K::kCombineDispatch: return {m(receiving ? cell(j, l + 1).h : c.y, td)};
+        default: break;
+      }
+    } else {
+      switch (o.kind) {
+        case K::kSend:  // A_{l+1} -> A_l: dL/d(output of layer l)
+          return {m(receiving ? c.dy : cell(j, l + 1).dh, td)};
+        case K::kDispatch: return {m(c.dy, td)};  // A_l -> F_l (A_l holds dy of layer l)
+        case K::kCombineDispatch: return {m(receiving ? c.dy : cell(j, l + 1).dh, td)};
+        case K::kReturn: {
+          std::vector<std::pair<void*, std::size_t>> s{m(c.d_tokens, td), m(c.d_gates, tk * sizeof(T))};
+          if (fused(l)) s.push_back(m(c.dy, td));
+          return s;
+        }
+        default: break;
+      }
+    }
+    fail("DisaggregatedTrainer transfer", schedule::describe_op(schedule_, id), "a transfer of AF-Pipe");
+  }
+
+  std::size_t payload_bytes(int id) {
+    std::size_t n = 0;
+    for (const auto& [p, b] : segments(id, true)) n += b;
+    return n;
+  }
+
+  std::span<const std::byte> pack(int id) {
+    const schedule::Op& o = schedule_.ops[static_cast<std::size_t>(id)];
+    if (o.backward && o.kind == schedule::OpKind::kDispatch && last(o.layer)) (void)head_gradient(o.micro_batch);
+    auto& buf = wire_[id];
+    const auto segs = segments(id, false);
+    std::size_t n = 0;
+    for (const auto& [p, b] : segs) n += b;
+    buf.resize(n);
+    std::size_t at = 0;
+    for (const auto& [p, b] : segs) {
+      std::memcpy(buf.data() + at, p, b);
+      at += b;
+    }
+    release_sent(o);
+    return buf;
+  }
+
+  /// What the sender no longer needs once a transfer's bytes are copied out.
+  void release_sent(const schedule::Op& o) {
+    Cell& c = cell(o.micro_batch, o.layer);
+    if (o.backward) {
+      if (o.kind == schedule::OpKind::kSend || o.kind == schedule::OpKind::kCombineDispatch) cell(o.micro_batch, o.layer + 1).dh = Matrix();
+      if (o.kind == schedule::OpKind::kReturn) c.d_tokens = c.d_gates = c.dy = Matrix();
+      return;
+    }
+    if (o.kind == schedule::OpKind::kSend) c.next = Matrix();
+    if (o.kind == schedule::OpKind::kDispatch) {
+      c.tokens = Matrix();
+      if (fused(o.layer)) c.residual = Matrix();
+    }
+    if (o.kind == schedule::OpKind::kCombineDispatch || o.kind == schedule::OpKind::kReturn) c.y = Matrix();
+  }
+
+  void unpack(int id) {
+    const auto& buf = wire_.at(id);
+    std::size_t at = 0;
+    for (const auto& [p, b] : segments(id, true)) {
+      std::memcpy(p, buf.data() + at, b);
+      at += b;
+    }
+    wire_.erase(id);
+    const schedule::Op& o = schedule_.ops[static_cast<std::size_t>(id)];
+    if (!o.backward && o.kind == schedule::OpKind::kReturn) {  // A_l: the layer's output
+      Cell& c = cell(o.micro_batch, o.layer);
+      const Matrix next = c.residual + c.y;  // as colocated: residual + y
+      c.residual = c.y = Matrix();
+      hand_on(o.micro_batch, o.layer, next);
+    }
+  }
+
+  // ---- agreement across workers ------------------------------------------------------
+
+  /// Every worker learns the sorted list of all parameter names (the canonical order of
+  /// the gradient norm) and where its own slots sit in it.
+  void agree_on_parameters() {
+    std::string mine;
+    std::int64_t count = 0;
+    for_each_parameter_set([&](auto& ps) {
+      count += ps.count();
+      for (const auto& s : ps.slots()) mine += s.name + '\n';
+    });
+    mine += std::to_string(count);
+    const auto all = comm::all_gather(world_, std::as_bytes(std::span(mine.data(), mine.size())), world_.max_tag(),
+                                      comm::deadline_after(options_.executor.timeout), "parameter names");
+    std::vector<std::string> names;
+    total_parameters_ = 0;
+    for (const auto& bytes : all) {
+      std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+      std::size_t start = 0;
+      for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1)
+        names.push_back(text.substr(start, nl - start));
+      total_parameters_ += std::stoll(text.substr(start));
+    }
+    std::sort(names.begin(), names.end());
+    for (std::size_t i = 1; i < names.size(); ++i)
+      expect(names[i] != names[i - 1], "parameter name", names[i], "held by exactly one worker");
+    names_ = std::move(names);
+  }
+
+  /// Losses per (micro-batch, layer) and gradient square sums per parameter, each with
+  /// exactly one contributing worker, so the sum over workers is exact; then the
+  /// statistics in the colocated trainer's summation order.
+  StepStats gather_stats() {
+    const int m = train_.micro_batches, L = spec_.layers;
+    const std::size_t cells = static_cast<std::size_t>(m) * static_cast<std::size_t>(L);
+    std::vector<double> v(static_cast<std::size_t>(m) + 2 * cells + names_.size(), 0.0);
+    if (attention_ && attention_->layout().head)
+      for (int j = 0; j < m; ++j) v[static_cast<std::size_t>(j)] = static_cast<double>(loss_[static_cast<std::size_t>(j)]);
+    for (std::size_t i = 0; i < cells; ++i) {
+      v[static_cast<std::size_t>(m) + i] = cells_[i].aux;
+      v[static_cast<std::size_t>(m) + cells + i] = cells_[i].z;
+    }
+    for_each_parameter_set([&](auto& ps) {
+      for (const auto& s : ps.slots()) {
+        const auto at = std::lower_bound(names_.begin(), names_.end(), s.name) - names_.begin();
+        v[static_cast<std::size_t>(m) + 2 * cells + static_cast<std::size_t>(at)] = std::decay_t<decltype(ps)>::grad_square_sum(s);
+      }
+    });
+    const auto all = comm::all_gather(world_, std::as_bytes(std::span(v)), world_.max_tag(),
+                                      comm::deadline_after(options_.executor.timeout), "step statistics");
+    std::vector<double> sum(v.size(), 0.0);
+    for (const auto& bytes : all) {
+      expect(bytes.size() == v.size() * sizeof(double), "step statistics bytes", bytes.size(), "the same on every worker");
+      std::vector<double> x(v.size());
+      std::memcpy(x.data(), bytes.data(), bytes.size());
+      for (std::size_t i = 0; i < v.size(); ++i) sum[i] += x[i];
+    }
+    StepStats st;
+    for (int j = 0; j < m; ++j) {
+      st.loss += sum[static_cast<std::size_t>(j)] / m;
+      for (int l = 0; l < L; ++l) {
+        const std::size_t i = static_cast<std::size_t>(j) * static_cast<std::size_t>(L) + static_cast<std::size_t>(l);
+        st.aux_loss += sum[static_cast<std::size_t>(m) + i];
+        st.z_loss += sum[static_cast<std::size_t>(m) + cells + i];
+      }
+    }
+    st.aux_loss /= m;
+    st.z_loss /= m;
+    std::vector<std::pair<std::string, double>> sq;
+    for (std::size_t k = 0; k < names_.size(); ++k) sq.emplace_back(names_[k], sum[static_cast<std::size_t>(m) + 2 * cells + k]);
+    st.grad_norm = canonical_grad_norm(std::move(sq));
+    return st;
+  }
+
+  ModelSpec spec_;
+  TrainOptions train_;
+  DisaggregatedOptions options_;
+  Transport& world_;
+  int p_ = 1, rank_ = 0;
+  std::optional<AttentionStage<Attention>> attention_;
+  std::optional<ExpertStage<Experts>> experts_;
+  std::vector<std::string> names_;
+  std::int64_t total_parameters_ = 0;
+  std::int64_t step_ = 0;
+  bool failed_ = false;
+  // The schedule, built for one micro-batch size.
+  int sequences_per_micro_batch_ = -1;
+  schedule::Schedule schedule_;
+  schedule::LoweredSchedule lowered_;
+  // Per step.
+  TokenBatch batch_;
+  std::size_t tokens_ = 0;
+  std::vector<Cell> cells_;
+  std::vector<Matrix> final_;
+  std::vector<T> loss_;
+  std::map<int, std::vector<std::byte>> wire_;  // comm stream only
+  std::vector<MeasuredOp> timeline_;
+};
+
+}  // namespace disagmoe::runtime

@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file worker_executor.hpp
+/// Runs one worker's lowered program (schedule/lowering.hpp) on its three streams
+/// (DisagMoE, arXiv 2605.11005, AF-Pipe "asynchronous execution"): the forward and
+/// backward streams on two threads of their own, each an in-order queue, and the comm
+/// stream on the calling thread, which alone touches the transport (so MPI may be
+/// initialised MPI_THREAD_FUNNELED). The comm stream posts its transfers in the
+/// program's order (the order all peers agree on) and keeps them in flight: a receive
+/// is posted as soon as it heads the stream, a send as soon as its dependencies are
+/// done, and completions are polled between posts, so one comm stream serves many
+/// micro-batches at once.
+///
+/// What an op does is the caller's: a handler supplies compute, the bytes of a send,
+/// the buffer of a receive, and what to do when it arrives. Every op's start and end
+/// are recorded (the measured timeline).
+///
+/// Faults: an exception in any stream stops the worker's other streams and cancels its
+/// transfers; the error names the worker, the op and the step. A worker on which
+/// nothing completes for `timeout` (a dead or silent peer) stops with a TimeoutError
+/// naming the op it waits for, never a hang.
+#pragma once
+
+#include <disagmoe/comm/transport.hpp>
+#include <disagmoe/error.hpp>
+#include <disagmoe/schedule/lowering.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace disagmoe::runtime {
+
+/// Measured start and end of an op, in seconds since the run began (-1: not run here).
+struct MeasuredOp {
+  double start = -1;
+  double end = -1;
+};
+
+/// What the executor asks of the caller, per op. Compute runs on the op's stream
+/// thread; everything else on the comm stream (the calling thread).
+///  - `compute(op)`: run compute op `op`;
+///  - `send_payload(op)`: the bytes of transfer `op` (valid until `sent(op)`);
+///  - `recv_buffer(op)`: where transfer `op` lands (exactly as large as the send);
+///  - `received(op)` / `sent(op)`: the transfer completed on this end;
+///  - `collective(op)`: a comm op inside the worker (all-reduce, all-to-all).
+template <class H>
+concept op_handler = requires(H& h, int op) {
+  h.compute(op);
+  { h.send_payload(op) } -> std::convertible_to<std::span<const std::byte>>;
+  { h.recv_buffer(op) } -> std::convertible_to<std::span<std::byte>>;
+  h.received(op);
+  h.sent(op);
+  h.collective(op);
+};
+
+/// Knobs of a run.
+struct ExecutorOptions {
+  /// Longest a worker may go without completing anything before it reports a fault.
+  std::chrono::milliseconds timeout{30000};
+  /// Step number used in error messages.
+  std::int64_t step = 0;
+  /// Time zero of the measured timeline (default: when the run starts). Workers of one
+  /// process pass one epoch so their timelines share a clock.
+  std::optional<std::chrono::steady_clock::time_point> epoch;
+};
+
+namespace detail {
+
+/// Done flags of one worker's ops, with a condition variable to wait on them.
+class DoneSet {
+ public:
+  explicit DoneSet(std::size_t ops) : done_(ops, 0) {}
+  void mark(int op) {
+    {
+      std::lock_guard lock(mu_);
+      done_[static_cast<std::size_t>(op)] = 1;
+      last_progress_ = std::chrono::steady_clock::now();
+    }
+    cv_.notify_all();
+  }
+  bool all_done(const std::vector<int>& deps) {
+    std::lock_guard lock(mu_);
+    return ready(deps);
+  }
+  /// Waits until `deps` are done or `stop` is set; false when stopped.
+  bool wait(const std::vector<int>& deps, const std::atomic<bool>& stop) {
+    std::unique_lock lock(mu_);
+    while (!ready(deps)) {
+      if (stop.load()) return false;
+      cv_.wait_for(lock, std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+  /// Waits up to `d` for any completion (the comm stream's idle wait).
+  void wait_for_change(std::chrono::microseconds d) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, d);
+  }
+  void notify() { cv_.notify_all(); }
+  std::chrono::steady_clock::time_point last_progress() {
+    std::lock_guard lock(mu_);
+    return last_progress_;
+  }
+  void touch() {
+    std::lock_guard lock(mu_);
+    last_progress_ = std::chrono::steady_clock::now();
+  }
+
+ private:
+  bool ready(const std::vector<int>& deps) const {
+    for (int d : deps)
+      if (!done_[static_cast<std::size_t>(d)]) return false;
+    return true;
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<char> done_;
+  std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace detail
+
+/// Runs `program` (worker `program.worker` of `schedule`) over `transport`, whose rank
+/// r is worker r. Returns the measured timeline of every op (indexed by op id). See the
+/// file comment for faults. O(tasks) plus the handler's work.
+template <comm::transport T, op_handler H>
+std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const schedule::WorkerProgram& program,
+                                   T& transport, H& handler, const ExecutorOptions& options = {}) {
+  using schedule::TaskKind;
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = options.epoch.value_or(Clock::now());
+  const auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  std::vector<MeasuredOp> times(schedule.ops.size());
+  detail::DoneSet done(schedule.ops.size());
+  std::atomic<bool> stop{false};
+  std::mutex error_mu;
+  std::exception_ptr error;
+  const std::string& me = schedule.workers.at(static_cast<std::size_t>(program.worker)).name;
+  auto context = [&](int op) {
+    return "worker " + me + ", step " + std::to_string(options.step) + ", " + schedule::describe_op(schedule, op);
+  };
+  // Records the first failure, prefixed with where it happened (keeping its type), and
+  // stops every stream. Called from inside a catch block.
+  auto record_failure = [&](int op) {
+    std::lock_guard lock(error_mu);
+    if (!error) {
+      const std::string where = op >= 0 ? context(op) : "worker " + me + ", step " + std::to_string(options.step);
+      try {
+        throw;
+      } catch (const TimeoutError& e) {
+        error = std::make_exception_ptr(TimeoutError(where + ": " + e.what()));
+      } catch (const ConfigError& e) {
+        error = std::make_exception_ptr(ConfigError(where + ": " + e.what()));
+      } catch (const IoError& e) {
+        error = std::make_exception_ptr(IoError(where + ": " + e.what()));
+      } catch (const std::exception& e) {
+        error = std::make_exception_ptr(Error(where + ": " + e.what()));
+      } catch (...) {
+        error = std::make_exception_ptr(Error(where + ": unknown exception"));
+      }
+    }
+    stop = true;
+    done.notify();
+  };
+
+  auto compute_stream = [&](const std::vector<schedule::Task>& tasks) {
+    for (const auto& t : tasks) {
+      if (!done.wait(t.deps, stop)) return;
+      try {
+        times[static_cast<std::size_t>(t.op)].start = since();
+        handler.compute(t.op);
+        times[static_cast<std::size_t>(t.op)].end = since();
+      } catch (...) {
+        record_failure(t.op);
+        return;
+      }
+      done.mark(t.op);
+    }
+  };
+  std::thread fwd(compute_stream, std::cref(program.streams[0]));
+  std::thread bwd(compute_stream, std::cref(program.streams[1]));
+
+  struct InFlight {
+    typename T::Request req;
+    int op;
+    bool is_send;
+  };
+  std::vector<InFlight> flight;
+  const auto& tasks = program.streams[static_cast<std::size_t>(schedule::Stream::kComm)];
+  const std::int64_t tag_range = static_cast<std::int64_t>(transport.max_tag()) + 1;
+  const auto tag_of = [&](int op) { return static_cast<int>(op % tag_range); };
+  std::size_t next = 0;
+  int current = tasks.empty() ? -1 : tasks.front().op;
+  try {
+    while (!stop.load() && (next < tasks.size() || !flight.empty())) {
+      bool progressed = false;
+      for (std::size_t i = 0; i < flight.size();) {  // completions
+        if (!transport.test(flight[i].req)) {
+          ++i;
+          continue;
+        }
+        const int op = flight[i].op;
+        current = op;
+        flight[i].is_send ? handler.sent(op) : handler.received(op);
+        times[static_cast<std::size_t>(op)].end = since();
+        flight[i] = std::move(flight.back());
+        flight.pop_back();
+        done.mark(op);
+        progressed = true;
+      }
+      if (next < tasks.size()) {  // the head of the comm stream
+        const auto& t = tasks[next];
+        current = t.op;
+        if (t.kind == TaskKind::kRecv) {
+          times[static_cast<std::size_t>(t.op)].start = since();
+          flight.push_back({comm::irecv(transport, t.peer, tag_of(t.op), handler.recv_buffer(t.op)), t.op, false});
+          ++next;
+          progressed = true;
+        } else if (done.all_done(t.deps)) {
+          times[static_cast<std::size_t>(t.op)].start = since();
+          if (t.kind == TaskKind::kSend) {
+            flight.push_back({comm::isend(transport, t.peer, tag_of(t.op), handler.send_payload(t.op)), t.op, true});
+          } else {
+            handler.collective(t.op);
+            times[static_cast<std::size_t>(t.op)].end = since();
+            done.mark(t.op);
+          }
+          ++next;
+          progressed = true;
+        }
+      }
+      if (progressed) continue;
+      if (Clock::now() - done.last_progress() > options.timeout) {
+        // Name a receive in flight (its sender is silent) first, then a send (its
+        // receiver is), then the head task (its local dependencies never finished).
+        int waiting = next < tasks.size() ? tasks[next].op : -1;
+        for (const auto& f : flight)
+          if (!f.is_send || waiting < 0) waiting = f.op;
+        for (const auto& f : flight)
+          if (!f.is_send) waiting = f.op;
+        current = waiting;
+        throw TimeoutError(describe("no progress", std::to_string(options.timeout.count()) + " ms",
+                                    "a completion within ExecutorOptions.timeout (is a peer dead, silent or failed?)"));
+      }
+      done.wait_for_change(std::chrono::microseconds(flight.empty() ? 200 : 20));
+    }
+  } catch (...) {
+    record_failure(current);
+  }
+  // Done: the compute streams finish their remaining ops (their dependencies are all
+  // local now). Failed: record_failure has stopped them.
+  fwd.join();
+  bwd.join();
+  for (auto& f : flight) {  // withdraw what is still posted (the peers time out, not read garbage)
+    try {
+      transport.cancel(f.req);
+    } catch (...) {
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  return times;
+}
+
+}  // namespace disagmoe::runtime
