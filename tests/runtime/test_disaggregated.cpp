@@ -5,10 +5,9 @@
 // dense and shared-expert layers, stage alignment on and off and ping-pong group sizes.
 // Faults: a throwing expert stops its worker with an error naming it, the op and the
 // step, and every other worker with a timeout, within the deadline.
+#include "disaggregated_cases.hpp"
+
 #include <disagmoe/backend/host/loopback_transport.hpp>
-#include <disagmoe/model/reference_attention.hpp>
-#include <disagmoe/model/reference_experts.hpp>
-#include <disagmoe/runtime/colocated_trainer.hpp>
 #include <disagmoe/runtime/disaggregated_trainer.hpp>
 
 #include <doctest/doctest.h>
@@ -21,81 +20,9 @@
 #include <string>
 #include <vector>
 
-namespace dm = disagmoe;
-namespace rt = disagmoe::runtime;
-namespace mo = disagmoe::model;
-
 namespace {
 
-using Attention = mo::ReferenceAttention<float>;
-using Experts = mo::ReferenceExperts<float>;
-using Parameters = std::map<std::string, std::vector<float>>;
-
-dm::ModelSpec spec_of(int layers, int top_k, int dense, int shared) {
-  dm::ModelSpec m;
-  m.layers = layers;
-  m.hidden = 8;
-  m.heads = 4;
-  m.kv_heads = 2;
-  m.head_dim = 4;
-  m.experts = 4;
-  m.top_k = top_k;
-  m.expert_ffn = 6;
-  m.first_dense_layers = dense;
-  m.dense_ffn = dense > 0 ? 10 : 0;
-  m.shared_experts = shared;
-  m.shared_expert_ffn = shared > 0 ? 5 : 0;
-  m.vocab = 256;
-  m.seq_len = 6;
-  return m;
-}
-
-rt::TrainOptions train_options(int micro_batches) {
-  rt::TrainOptions t;
-  t.micro_batches = micro_batches;
-  t.lr = {3e-2, 3e-3, 1, 20};
-  t.clip_norm = 0.5;  // clipping is active: the norm must agree to the bit
-  return t;
-}
-
-struct Batch {
-  std::vector<int> in, tg;
-  int sequences = 0;
-  rt::TokenBatch view() const { return {in, tg, sequences}; }
-};
-
-std::vector<Batch> batches(int steps, int sequences, int seq_len) {
-  mo::Rng rng(11);
-  std::vector<Batch> out(static_cast<std::size_t>(steps));
-  for (auto& b : out) {
-    b.sequences = sequences;
-    for (int i = 0; i < sequences * seq_len; ++i) {
-      b.in.push_back(static_cast<int>(rng.below(256)));
-      b.tg.push_back(static_cast<int>(rng.below(256)));
-    }
-  }
-  return out;
-}
-
-template <class Set>
-void collect(const Set& ps, Parameters& out) {
-  for (const auto& s : ps.slots()) out[s.name].assign(s.value->data(), s.value->data() + s.value->size());
-}
-
-struct Run {
-  std::vector<rt::StepStats> stats;
-  Parameters params;
-};
-
-Run colocated(const dm::ModelSpec& spec, int m, const std::vector<Batch>& data) {
-  const mo::DecoderOptions o;
-  rt::ColocatedTrainer<Attention, Experts> tr(Attention(spec, o), Experts(spec, o), spec, train_options(m));
-  Run r;
-  for (const auto& b : data) r.stats.push_back(tr.step(b.view()));
-  collect(tr.attention().parameters(), r.params);
-  collect(tr.experts().parameters(), r.params);
-  return r;
-}
+using namespace disaggregated_test;
 
 template <class Experts_ = Experts>
 Run disaggregated(const dm::ModelSpec& spec, int m, const std::vector<Batch>& data, rt::DisaggregatedOptions opt,
@@ -125,26 +52,9 @@ Run disaggregated(const dm::ModelSpec& spec, int m, const std::vector<Batch>& da
 }
 
 void check_identical(const Run& ref, const Run& got) {
-  REQUIRE(ref.stats.size() == got.stats.size());
-  for (std::size_t i = 0; i < ref.stats.size(); ++i) {
-    CAPTURE(i);
-    CHECK(got.stats[i].loss == ref.stats[i].loss);
-    CHECK(got.stats[i].aux_loss == ref.stats[i].aux_loss);
-    CHECK(got.stats[i].z_loss == ref.stats[i].z_loss);
-    CHECK(got.stats[i].grad_norm == ref.stats[i].grad_norm);
-    CHECK(got.stats[i].lr == ref.stats[i].lr);
-  }
+  check_same_stats(ref.stats, got.stats);
   REQUIRE(got.params.size() == ref.params.size());
-  std::size_t differing = 0;
-  for (const auto& [name, v] : ref.params) {
-    const auto it = got.params.find(name);
-    REQUIRE(it != got.params.end());
-    if (it->second != v) {
-      ++differing;
-      MESSAGE("parameter differs: " << name);
-    }
-  }
-  CHECK(differing == 0);
+  CHECK(differing_parameters(ref.params, got.params) == 0);
 }
 
 }  // namespace

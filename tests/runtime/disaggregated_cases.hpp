@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shared by the loopback and MPI tests of disaggregated training: small models, data,
+// the colocated reference run (the oracle) and the bitwise comparison.
+#pragma once
+
+#include <disagmoe/model/reference_attention.hpp>
+#include <disagmoe/model/reference_experts.hpp>
+#include <disagmoe/runtime/colocated_trainer.hpp>
+
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace disaggregated_test {
+
+namespace dm = disagmoe;
+namespace rt = disagmoe::runtime;
+namespace mo = disagmoe::model;
+
+using Attention = mo::ReferenceAttention<float>;
+using Experts = mo::ReferenceExperts<float>;
+using Parameters = std::map<std::string, std::vector<float>>;
+
+inline dm::ModelSpec spec_of(int layers, int top_k, int dense, int shared) {
+  dm::ModelSpec m;
+  m.layers = layers;
+  m.hidden = 8;
+  m.heads = 4;
+  m.kv_heads = 2;
+  m.head_dim = 4;
+  m.experts = 4;
+  m.top_k = top_k;
+  m.expert_ffn = 6;
+  m.first_dense_layers = dense;
+  m.dense_ffn = dense > 0 ? 10 : 0;
+  m.shared_experts = shared;
+  m.shared_expert_ffn = shared > 0 ? 5 : 0;
+  m.vocab = 256;
+  m.seq_len = 6;
+  return m;
+}
+
+inline rt::TrainOptions train_options(int micro_batches) {
+  rt::TrainOptions t;
+  t.micro_batches = micro_batches;
+  t.lr = {3e-2, 3e-3, 1, 20};
+  t.clip_norm = 0.5;  // clipping is active: the norm must agree to the bit
+  return t;
+}
+
+struct Batch {
+  std::vector<int> in, tg;
+  int sequences = 0;
+  rt::TokenBatch view() const { return {in, tg, sequences}; }
+};
+
+inline std::vector<Batch> batches(int steps, int sequences, int seq_len) {
+  mo::Rng rng(11);
+  std::vector<Batch> out(static_cast<std::size_t>(steps));
+  for (auto& b : out) {
+    b.sequences = sequences;
+    for (int i = 0; i < sequences * seq_len; ++i) {
+      b.in.push_back(static_cast<int>(rng.below(256)));
+      b.tg.push_back(static_cast<int>(rng.below(256)));
+    }
+  }
+  return out;
+}
+
+template <class Set>
+void collect(const Set& ps, Parameters& out) {
+  for (const auto& s : ps.slots()) out[s.name].assign(s.value->data(), s.value->data() + s.value->size());
+}
+
+struct Run {
+  std::vector<rt::StepStats> stats;
+  Parameters params;
+};
+
+inline Run colocated(const dm::ModelSpec& spec, int m, const std::vector<Batch>& data) {
+  const mo::DecoderOptions o;
+  rt::ColocatedTrainer<Attention, Experts> tr(Attention(spec, o), Experts(spec, o), spec, train_options(m));
+  Run r;
+  for (const auto& b : data) r.stats.push_back(tr.step(b.view()));
+  collect(tr.attention().parameters(), r.params);
+  collect(tr.experts().parameters(), r.params);
+  return r;
+}
+
+/// Every parameter of `got` equals the one of the same name in `ref`, bit for bit
+/// (`got` may hold a subset: one worker's parameters). Returns how many differ.
+inline std::size_t differing_parameters(const Parameters& ref, const Parameters& got) {
+  std::size_t differing = 0;
+  for (const auto& [name, v] : got) {
+    const auto it = ref.find(name);
+    REQUIRE(it != ref.end());
+    if (it->second != v) {
+      ++differing;
+      MESSAGE("parameter differs: " << name);
+    }
+  }
+  return differing;
+}
+
+/// The statistics of every step agree bit for bit.
+inline void check_same_stats(const std::vector<rt::StepStats>& ref, const std::vector<rt::StepStats>& got) {
+  REQUIRE(ref.size() == got.size());
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i].loss == ref[i].loss);
+    CHECK(got[i].aux_loss == ref[i].aux_loss);
+    CHECK(got[i].z_loss == ref[i].z_loss);
+    CHECK(got[i].grad_norm == ref[i].grad_norm);
+    CHECK(got[i].lr == ref[i].lr);
+  }
+}
+
+}  // namespace disaggregated_test
