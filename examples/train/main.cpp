@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// disagmoe-train: trains a byte-level Mixtral-style MoE language model on one CPU worker
-// (the colocated reference) with the library's stages, AdamW and checkpoints.
+// disagmoe-train: trains a byte-level Mixtral-style MoE language model on CPU workers with
+// the library's stages, AdamW and checkpoints: colocated on one worker (the reference),
+// or disaggregated under AF-Pipe on p attention and p FFN workers (threads with an
+// emulated network, or MPI ranks), optionally checked against the colocated reference.
 //
 //   disagmoe-train [--model tiny|small] [--layers L --hidden D ...] [--steps N]
 //                  [--corpus FILE] [--save DIR] [--resume DIR] [--sample N] [--json]
+//   disagmoe-train --schedule afpipe --pairs 2 --net-bandwidth 1e9 --check-reference
+//   mpirun -np 4 disagmoe-train --schedule afpipe --transport mpi
 //   disagmoe-train --resume DIR --steps 0 --eval-text FILE
 //
-// Copy it: the trainer is ColocatedTrainer<ReferenceAttention<float>, ReferenceExperts<float>>;
-// swap in your own `attention_compute` / `expert_compute` models to train other math.
+// Copy it: the trainers are ColocatedTrainer<ReferenceAttention<float>, ReferenceExperts<float>>
+// and DisaggregatedTrainer<..., ..., Transport>; swap in your own `attention_compute` /
+// `expert_compute` models to train other math.
 #include <disagmoe/backend/host/keep_freed_memory.hpp>
 #include <disagmoe/io/hf_config.hpp>
 #include <disagmoe/model/presets.hpp>
@@ -22,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/cli_main.hpp"
+#include "disaggregated.hpp"
 #include "progress.hpp"
 
 #include <unistd.h>
@@ -61,6 +67,7 @@ struct Args {
   double val_fraction = 0.1;
   int val_every = 100, val_windows = 256, sample = 0, save_every = 0;
   bool json_out = false, recompute = false;
+  disagmoe::train_cli::DisaggregatedArgs d;
 };
 
 dm::ModelSpec model_spec(const Args& a) {
@@ -242,6 +249,19 @@ int run(const Args& a) {
   Eigen::setNbThreads(a.threads);  // effective in an OpenMP build (Eigen would take every core)
   const dm::ModelSpec spec = model_spec(a);
   const rt::TrainOptions topt = train_options(a);
+  dm::train_cli::check_disaggregated_args(a.d, spec);
+  dm::expect(a.d.schedule == "colocated" || a.save_every == 0, "--save-every", a.save_every,
+             "0 with --schedule afpipe (the model is saved at the end)");
+  bool lead = true;  // the rank that prints and writes files
+#ifdef DISAGMOE_TRAIN_WITH_MPI
+  std::optional<dm::mpi::Environment> mpi_env;
+  if (a.d.transport == "mpi") {
+    int argc0 = 0;
+    char** argv0 = nullptr;
+    mpi_env.emplace(argc0, argv0);
+    lead = dm::mpi::Transport::world().rank() == 0;
+  }
+#endif
   check_outputs(a);
   check_memory(spec, a.micro_batch);
   mo::DecoderOptions dopt;
@@ -285,7 +305,7 @@ int run(const Args& a) {
     result["corpus"] = {{"file", a.corpus}, {"train_bytes", corpus->train_bytes()},
                         {"validation_bytes", corpus->validation_bytes()}, {"unigram_entropy", h.unigram},
                         {"bigram_entropy", h.bigram}};
-    if (!a.json_out)
+    if (!a.json_out && lead)
       std::cout << "disagmoe-train: " << spec.name << " model, " << tr.parameter_count() << " parameters; corpus "
                 << a.corpus << " (" << corpus->train_bytes() << " train / " << corpus->validation_bytes()
                 << " validation bytes, unigram " << std::setprecision(3) << h.unigram << ", bigram " << h.bigram
@@ -299,14 +319,65 @@ int run(const Args& a) {
   std::int64_t tokens = 0;
   const std::int64_t first = tr.steps();
   const auto t0 = Clock::now();
+  double secs = 0;
+  if (a.d.schedule == "afpipe") {
+    // The reference starts from the same state and sees the same batches.
+    std::optional<Trainer> ref;
+    mo::Rng ref_rng = data_rng;
+    if (a.d.check_reference && train) {
+      ref.emplace(mo::ReferenceAttention<float>(spec, dopt), mo::ReferenceExperts<float>(spec, dopt), spec, topt,
+                  rt::StageOptions{a.seed, a.recompute});
+      if (!a.resume.empty()) rt::load_checkpoint(a.resume, *ref);
+    }
+    const dm::train_cli::RunInputs in{spec, topt, dopt, rt::StageOptions{a.seed, a.recompute}, *corpus, a.batch,
+                                      a.steps, a.json_out};
+    auto out = train ? dm::train_cli::train_disaggregated(a.d, in, tr, data_rng) : dm::train_cli::RunOutcome{};
+    if (!out.rank0) return 0;  // MPI: rank 0 reports and saves
+    curve = std::move(out.curve);
+    tokens = out.tokens;
+    initial = out.initial;
+    final_loss = out.final_loss;
+    secs = out.seconds;
+    auto mean = [](const std::vector<double>& v) {  // the first step also builds the schedule: left out
+      if (v.size() < 2) return v.empty() ? 0.0 : v[0];
+      double s = 0;
+      for (std::size_t i = 1; i < v.size(); ++i) s += v[i];
+      return s / static_cast<double>(v.size() - 1);
+    };
+    json dis{{"schedule", "afpipe"}, {"transport", a.d.transport}, {"workers", out.workers},
+             {"step_seconds", mean(out.step_seconds)}, {"exposed_comm_seconds", mean(out.exposed_comm_seconds)},
+             {"predicted_step_seconds", out.predicted_step_seconds},
+             {"predicted_exposed_comm_seconds", out.simulated_exposed_comm_seconds}};
+    if (ref) {
+      std::vector<double> losses, ref_losses;
+      while (ref->steps() < a.steps) {
+        const rt::Batch b = corpus->sample_train(a.batch, ref_rng);
+        ref_losses.push_back(ref->step({b.inputs, b.targets, b.sequences}).loss);
+      }
+      for (const auto& p : curve) losses.push_back(p["loss"].get<double>());
+      const double dl = dm::train_cli::max_rel_diff(losses, ref_losses);
+      const double dp = dm::train_cli::max_rel_diff(dm::train_cli::flat_parameters(tr), dm::train_cli::flat_parameters(*ref));
+      dis["reference"] = {{"max_rel_diff_loss", dl}, {"max_rel_diff_parameters", dp}, {"bit_identical", dl == 0 && dp == 0}};
+      if (!a.json_out)
+        std::cout << "reference check: max_rel_diff loss " << dl << ", parameters " << dp
+                  << (dl == 0 && dp == 0 ? " (bit-identical to the colocated trainer)" : "") << '\n';
+    }
+    if (!a.json_out && train)
+      std::cout << "afpipe on " << out.workers << " workers (" << a.d.transport
+                << "): step " << std::setprecision(3) << dis["step_seconds"].get<double>() << " s measured, "
+                << dis["predicted_step_seconds"].get<double>() << " s predicted; exposed communication "
+                << dis["exposed_comm_seconds"].get<double>() << " s measured, "
+                << dis["predicted_exposed_comm_seconds"].get<double>() << " s predicted\n" << std::defaultfloat;
+    result["disaggregated"] = dis;
+  }
   dm::cli::ProgressBar bar(a.steps);
-  while (train && tr.steps() < a.steps) {
+  while (a.d.schedule == "colocated" && train && tr.steps() < a.steps) {
     const rt::Batch b = corpus->sample_train(a.batch, data_rng);
     const rt::StepStats st = tr.step({b.inputs, b.targets, b.sequences});
     tokens += static_cast<std::int64_t>(b.inputs.size());
     if (std::isnan(initial)) initial = st.loss;
     final_loss = st.loss;
-    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const auto done = tr.steps() - first;
     bar.update(tr.steps(), st.loss, tokens / secs, secs / static_cast<double>(done) * static_cast<double>(a.steps - tr.steps()));
     json point{{"step", tr.steps()}, {"loss", st.loss}, {"aux_loss", st.aux_loss}, {"z_loss", st.z_loss},
@@ -325,7 +396,6 @@ int run(const Args& a) {
       save(std::filesystem::path(a.save) / ("step_" + std::to_string(tr.steps())));
   }
   bar.clear();
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   result["steps"] = tr.steps();
   result["tokens"] = tokens;
   result["seconds"] = secs;
@@ -422,6 +492,22 @@ int main(int argc, char** argv) {
   app.add_option("--eval-text", a.eval_text, "mean next-byte loss of the model over the windows of FILE")->check(kPath);
   app.add_option("--sample", a.sample, "print N bytes generated by the model");
   app.add_flag("--json", a.json_out, "print one JSON object on stdout");
+  auto* dis = app.add_option_group("disaggregated training (AF-Pipe)");
+  dis->add_option("--schedule", a.d.schedule, "colocated (one worker) or afpipe (p attention + p FFN workers)")
+      ->capture_default_str();
+  dis->add_option("--pairs", a.d.pairs, "AF-Pipe pairs p: layer l on pair l mod p (default 2; under MPI: ranks / 2)");
+  dis->add_option("--transport", a.d.transport, "loopback (worker threads) or mpi (run under mpirun -np 2p)")
+      ->capture_default_str();
+  dis->add_option("--group-size", a.d.group_size, "micro-batches per ping-pong group (0: min(micro-batches, 4p))");
+  dis->add_option("--max-in-flight", a.d.max_in_flight, "micro-batches alive at once (0: 2 x group size)");
+  dis->add_flag("--no-fuse", a.d.no_fuse, "no stage alignment: F returns to A_l, which hands on to A_{l+1}");
+  dis->add_option("--net-bandwidth", a.d.net_bandwidth, "emulated NIC bandwidth between workers, bytes/s (0: unlimited; loopback)");
+  dis->add_option("--net-latency", a.d.net_latency, "emulated one-way latency between workers, s (loopback)");
+  dis->add_option("--timeout", a.d.timeout_ms, "ms a worker may go without progress before it reports a fault")
+      ->capture_default_str();
+  dis->add_flag("--check-reference", a.d.check_reference,
+                "also train the colocated reference on the same data and report max_rel_diff of losses and parameters");
+  dis->add_option("--trace", a.d.trace, "Chrome trace of the last step: measured and simulated side by side")->check(kPath);
   return disagmoe::cli::run_main(app, argc, argv, [&] {
     disagmoe::expect(a.threads >= 1, "--threads", a.threads, "a positive integer");
     disagmoe::expect(a.val_every >= 1, "--val-every", a.val_every, "a positive integer");

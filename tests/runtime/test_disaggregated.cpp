@@ -9,9 +9,12 @@
 
 #include <disagmoe/backend/host/loopback_transport.hpp>
 #include <disagmoe/runtime/disaggregated_trainer.hpp>
+#include <disagmoe/runtime/timeline.hpp>
+#include <disagmoe/schedule/simulator.hpp>
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -163,4 +166,128 @@ TEST_CASE("a throwing worker stops every worker within the deadline, the error n
     }
   }
   CHECK(injected == 1);
+}
+
+namespace {
+
+// Exact oracle of exposed communication: cut time at every interval end point and test
+// each elementary segment's midpoint.
+double exposed_oracle(const disagmoe::schedule::Schedule& s, const disagmoe::io::TraceRun& run) {
+  namespace ds = disagmoe::schedule;
+  const std::size_t nw = s.workers.size();
+  std::vector<std::vector<std::pair<double, double>>> busy(nw), comm(nw);
+  std::map<int, double> post, arrive;
+  for (const auto& e : run.events) {
+    const auto& op = s.ops[static_cast<std::size_t>(e.op)];
+    if (!ds::is_comm(op.kind)) busy[static_cast<std::size_t>(e.worker)].emplace_back(e.start, e.end);
+    else if (op.peer == op.worker) comm[static_cast<std::size_t>(e.worker)].emplace_back(e.start, e.end);
+    else if (!e.receive) post[e.op] = e.start, arrive.emplace(e.op, e.end);
+    else arrive[e.op] = e.end;
+  }
+  for (const auto& [op, t] : post) {
+    const auto& o = s.ops[static_cast<std::size_t>(op)];
+    comm[static_cast<std::size_t>(o.worker)].emplace_back(t, arrive[op]);
+    comm[static_cast<std::size_t>(o.peer)].emplace_back(t, arrive[op]);
+  }
+  double total = 0;
+  for (std::size_t w = 0; w < nw; ++w) {
+    std::vector<double> cuts;
+    for (const auto* v : {&busy[w], &comm[w]})
+      for (const auto& [a, b] : *v) cuts.push_back(a), cuts.push_back(b);
+    std::sort(cuts.begin(), cuts.end());
+    for (std::size_t i = 1; i < cuts.size(); ++i) {
+      const double mid = 0.5 * (cuts[i - 1] + cuts[i]);
+      auto inside = [&](const std::vector<std::pair<double, double>>& v) {
+        for (const auto& [a, b] : v)
+          if (a < mid && mid < b) return true;
+        return false;
+      };
+      if (inside(comm[w]) && !inside(busy[w])) total += cuts[i] - cuts[i - 1];
+    }
+  }
+  return total / static_cast<double>(nw);
+}
+
+}  // namespace
+
+TEST_CASE("exposed communication: interval sweep equals the exact oracle and the simulator's own figure") {
+  namespace ds = disagmoe::schedule;
+  for (int p : {1, 2, 3})
+    for (bool fuse : {true, false}) {
+      CAPTURE(p);
+      CAPTURE(fuse);
+      rt::DisaggregatedOptions opt;
+      opt.pairs = p;
+      opt.policy.fuse_combine_dispatch = fuse;
+      opt.bytes_per_second = 2e6;  // slow links: communication shows
+      opt.latency_seconds = 1e-4;
+      auto spec = spec_of(2 * p + 1, 2, 1, 0);
+      spec.micro_batch = 2;
+      const auto s = opt.policy.build(rt::afpipe_problem(spec, opt, 5));
+      const auto r = ds::simulate(s);
+      const auto run = disagmoe::io::simulated_run(s, r);
+      const double got = rt::exposed_comm_seconds(s, run);
+      CHECK(got == doctest::Approx(exposed_oracle(s, run)).epsilon(1e-9));
+      CHECK(got == doctest::Approx(r.exposed_comm_seconds).epsilon(1e-9));
+      CHECK(got > 0);
+    }
+}
+
+TEST_CASE("measured timelines: every task ran once, after its dependencies, in stream order; receives after sends") {
+  namespace ds = disagmoe::schedule;
+  const auto spec = spec_of(5, 2, 1, 1);
+  const auto data = batches(2, 8, spec.seq_len);
+  rt::DisaggregatedOptions opt;
+  opt.pairs = 2;
+  opt.executor.epoch = std::chrono::steady_clock::now();
+  // An emulated network slow enough that transfers take visible time.
+  disagmoe::host::NetworkConfig net;
+  net.nic_bandwidth = 5e6;
+  net.latency = 2e-4;
+  dm::host::LoopbackWorld world(4, net);
+  std::vector<std::vector<rt::MeasuredOp>> timelines;
+  ds::Schedule schedule;
+  ds::LoweredSchedule lowered;
+  std::mutex mu;
+  dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& t) {
+    const mo::DecoderOptions o;
+    rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(Attention(spec, o), Experts(spec, o),
+                                                                                spec, train_options(4), opt, t);
+    for (const auto& b : data) tr.step(b.view());
+    auto all = tr.gather_timelines();
+    const std::lock_guard lock(mu);
+    if (t.rank() == 0) {
+      timelines = std::move(all);
+      schedule = tr.schedule();
+      lowered = tr.lowered();
+    }
+  });
+  REQUIRE(timelines.size() == 4);
+  std::size_t events = 0;
+  for (const auto& prog : lowered.workers) {
+    const auto& tl = timelines[static_cast<std::size_t>(prog.worker)];
+    for (int k = 0; k < ds::kStreams; ++k) {
+      const auto& tasks = prog.streams[static_cast<std::size_t>(k)];
+      for (std::size_t i = 0; i < tasks.size(); ++i) {
+        const auto& m = tl[static_cast<std::size_t>(tasks[i].op)];
+        REQUIRE(m.start >= 0);
+        REQUIRE(m.end >= m.start);
+        ++events;
+        for (int d : tasks[i].deps) REQUIRE(tl[static_cast<std::size_t>(d)].end <= m.start);
+        if (k != static_cast<int>(ds::Stream::kComm) && i > 0)
+          REQUIRE(tl[static_cast<std::size_t>(tasks[i - 1].op)].end <= m.start);
+        if (tasks[i].kind == ds::TaskKind::kRecv)  // arrives after its sender posted it
+          REQUIRE(m.end >= timelines[static_cast<std::size_t>(tasks[i].peer)][static_cast<std::size_t>(tasks[i].op)].start);
+      }
+    }
+  }
+  const auto run = rt::measured_run(lowered, timelines);
+  CHECK(run.events.size() == events);
+  CHECK(rt::exposed_comm_seconds(schedule, run) == doctest::Approx(exposed_oracle(schedule, run)).epsilon(1e-9));
+  // The calibrated simulation keeps the schedule and takes the measured compute times.
+  const auto cal = rt::calibrated(schedule, run);
+  for (const auto& e : run.events)
+    if (!ds::is_comm(schedule.ops[static_cast<std::size_t>(e.op)].kind))
+      CHECK(cal.ops[static_cast<std::size_t>(e.op)].seconds == doctest::Approx(e.end - e.start));
+  CHECK_FALSE(ds::simulate(cal).deadlocked);
 }

@@ -37,6 +37,8 @@
 
 #include <cstring>
 #include <map>
+#include <memory>
+#include <span>
 #include <optional>
 #include <string>
 #include <utility>
@@ -53,6 +55,7 @@ struct DisaggregatedOptions {
   /// simulated prediction, never the arithmetic).
   double flops_per_second = 5e10;
   double bytes_per_second = 1e10;
+  double latency_seconds = 0;  ///< per message between workers
 };
 
 /// Throws ConfigError naming the first field that cannot run `spec` on a world of
@@ -67,16 +70,21 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
          o.policy.group_size, "an integer >= 0 (0: the policy's default)");
   expect(o.flops_per_second > 0 && o.bytes_per_second > 0, "DisaggregatedOptions.flops_per_second",
          o.flops_per_second, "positive rates");
+  expect(o.latency_seconds >= 0 && o.latency_seconds < 1e3, "DisaggregatedOptions.latency_seconds", o.latency_seconds,
+         "a latency in [0, 1000) s");
   expect(o.executor.timeout.count() > 0, "DisaggregatedOptions.executor.timeout (ms)", o.executor.timeout.count(),
          "a positive deadline");
 }
 
-/// The AF-Pipe problem of `spec` (micro-batches of `spec.micro_batch` sequences) on `pairs`
-/// pairs of one-GPU workers: layer costs from plan::layer_cost at the given rates, the
+/// The AF-Pipe problem of `spec` (micro-batches of `spec.micro_batch` sequences) on
+/// `o.pairs` pairs of one-GPU workers: layer costs from plan::layer_cost at o's rates, the
 /// bytes of the messages listed in the file comment.
-inline schedule::Problem afpipe_problem(const ModelSpec& spec, int pairs, int micro_batches, double flops_per_second,
-                                        double bytes_per_second, std::size_t element_bytes = 4) {
+inline schedule::Problem afpipe_problem(const ModelSpec& spec, const DisaggregatedOptions& o, int micro_batches,
+                                        std::size_t element_bytes = 4) {
+  const int pairs = o.pairs;
+  const double flops_per_second = o.flops_per_second, bytes_per_second = o.bytes_per_second;
   schedule::Problem pb;
+  pb.network.nic_latency = pb.network.nvlink_latency = o.latency_seconds;
   for (int side = 0; side < 2; ++side)
     for (int i = 0; i < pairs; ++i) {
       schedule::Worker w;
@@ -103,6 +111,8 @@ inline schedule::Problem afpipe_problem(const ModelSpec& spec, int pairs, int mi
     lc.expert_wgrad = f.backward_weight / flops_per_second;
     lc.dispatch_bytes = t * (d * e + spec.top_k * 8.0);
     lc.combine_bytes = lc.hidden_bytes = t * d * e;
+    // Stage alignment: the residual rides with the dispatch (and dL/dy with the return).
+    if (c.moe && l + 1 < spec.layers && o.policy.fuse_combine_dispatch) lc.dispatch_bytes += t * d * e;
     pb.flops_per_micro_batch += c.total().total();
     pb.layers.push_back(lc);
   }
@@ -189,10 +199,87 @@ class DisaggregatedTrainer {
   [[nodiscard]] const schedule::Schedule& schedule() const { return schedule_; }
   /// Measured start and end of every op this worker ran in the last step (seconds).
   [[nodiscard]] const std::vector<MeasuredOp>& timeline() const { return timeline_; }
+  /// The lowered schedule of the last step.
+  [[nodiscard]] const schedule::LoweredSchedule& lowered() const { return lowered_; }
+  /// Every worker's timeline of the last step (collective), indexed [worker][op].
+  std::vector<std::vector<MeasuredOp>> gather_timelines() {
+    const auto all = comm::all_gather(world_, std::as_bytes(std::span(timeline_)), world_.max_tag(),
+                                      comm::deadline_after(options_.executor.timeout), "timelines");
+    std::vector<std::vector<MeasuredOp>> out(all.size());
+    for (std::size_t w = 0; w < all.size(); ++w) {
+      expect(all[w].size() == timeline_.size() * sizeof(MeasuredOp), "timeline bytes of worker " + std::to_string(w),
+             all[w].size(), "one entry per op on every worker");
+      out[w].resize(timeline_.size());
+      std::memcpy(out[w].data(), all[w].data(), all[w].size());
+    }
+    return out;
+  }
   /// This rank's stages (the other is absent).
   [[nodiscard]] AttentionStage<Attention>* attention() { return attention_ ? &*attention_ : nullptr; }
   [[nodiscard]] ExpertStage<Experts>* experts() { return experts_ ? &*experts_ : nullptr; }
   [[nodiscard]] std::int64_t steps() const { return step_; }
+  /// Restores the step count (resuming).
+  void set_steps(std::int64_t s) { step_ = s; }
+
+  /// Copies values and AdamW moments of this worker's parameters from `from` (a model
+  /// split any other way, e.g. a loaded colocated checkpoint), by name. ConfigError
+  /// unless every parameter of this worker is found.
+  void load_parameters(std::span<const ParameterSet<T>* const> from) {
+    std::vector<ParameterSet<T>*> mine;
+    std::size_t count = 0;
+    for_each_parameter_set([&](auto& ps) {
+      mine.push_back(&ps);
+      count += ps.slots().size();
+    });
+    const std::size_t copied = copy_matching<T>(from, mine);
+    expect(copied == count, "parameters found for worker " + std::to_string(rank_), copied,
+           "all " + std::to_string(count) + " of its parameters");
+  }
+
+  /// Collective: every worker's values and AdamW moments, copied by name into `into`
+  /// (empty on ranks that do not need them). Every rank receives the whole model.
+  void gather_parameters(std::span<ParameterSet<T>* const> into) {
+    std::vector<std::byte> mine;
+    auto put = [&](const void* p, std::size_t n) {
+      const auto* b = static_cast<const std::byte*>(p);
+      mine.insert(mine.end(), b, b + n);
+    };
+    for_each_parameter_set([&](auto& ps) {
+      for (const auto& s : ps.slots()) {
+        const std::uint64_t len = s.name.size(), rows = static_cast<std::uint64_t>(s.value->rows()),
+                            cols = static_cast<std::uint64_t>(s.value->cols());
+        for (const std::uint64_t x : {len, rows, cols}) put(&x, sizeof x);
+        put(s.name.data(), len);
+        for (const Matrix* m : {static_cast<const Matrix*>(s.value), &s.m, &s.v}) put(m->data(), static_cast<std::size_t>(m->size()) * sizeof(T));
+      }
+    });
+    const auto all = comm::all_gather(world_, std::span<const std::byte>(mine), world_.max_tag(),
+                                      comm::deadline_after(options_.executor.timeout), "parameters");
+    if (into.empty()) return;
+    for (const auto& bytes : all) {
+      ParameterSet<T> part;  // views into matrices decoded from the message
+      std::vector<std::unique_ptr<Matrix>> store;
+      std::size_t at = 0;
+      auto get = [&](void* p, std::size_t n) {
+        expect(at + n <= bytes.size(), "gathered parameter bytes", bytes.size(), "a complete message");
+        std::memcpy(p, bytes.data() + at, n);
+        at += n;
+      };
+      while (at < bytes.size()) {
+        std::uint64_t len = 0, rows = 0, cols = 0;
+        for (std::uint64_t* x : {&len, &rows, &cols}) get(x, sizeof *x);
+        std::string name(len, '\0');
+        get(name.data(), len);
+        auto& value = *store.emplace_back(std::make_unique<Matrix>(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols)));
+        auto& grad = *store.emplace_back(std::make_unique<Matrix>());
+        part.add(name, {}, value, grad);
+        auto& slot = part.slots().back();
+        for (Matrix* m : {&value, &slot.m, &slot.v}) get(m->data(), static_cast<std::size_t>(m->size()) * sizeof(T));
+      }
+      const ParameterSet<T>* from[] = {&part};
+      copy_matching<T>(from, into);
+    }
+  }
   /// Trainable scalars of the whole model (all workers).
   [[nodiscard]] std::int64_t parameter_count() const { return total_parameters_; }
 
@@ -246,8 +333,7 @@ class DisaggregatedTrainer {
     if (per != sequences_per_micro_batch_) {  // every rank builds the same schedule
       ModelSpec mb_spec = spec_;
       mb_spec.micro_batch = per;
-      schedule_ = options_.policy.build(afpipe_problem(mb_spec, p_, m, options_.flops_per_second,
-                                                       options_.bytes_per_second, sizeof(T)));
+      schedule_ = options_.policy.build(afpipe_problem(mb_spec, options_, m, sizeof(T)));
       lowered_ = schedule::lower(schedule_);
       sequences_per_micro_batch_ = per;
     }

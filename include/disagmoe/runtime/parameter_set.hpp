@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,6 +92,30 @@ inline double canonical_grad_norm(std::vector<std::pair<std::string, double>> sq
   double acc = 0;
   for (const auto& [name, sq] : square_sums) acc += sq;
   return std::sqrt(acc);
+}
+
+/// Copies value and AdamW moments of every slot of `from` into the slot of the same name
+/// among `to` (a model split differently over stages); returns how many were copied.
+/// ConfigError when a name's shapes differ. O(slots log slots + elements).
+template <class T>
+std::size_t copy_matching(std::span<const ParameterSet<T>* const> from, std::span<ParameterSet<T>* const> to) {
+  std::map<std::string, ParameterSlot<T>*> index;
+  for (auto* ps : to)
+    for (auto& s : ps->slots()) index[s.name] = &s;
+  std::size_t copied = 0;
+  for (const auto* ps : from)
+    for (const auto& s : ps->slots()) {
+      const auto it = index.find(s.name);
+      if (it == index.end()) continue;
+      ParameterSlot<T>& d = *it->second;
+      expect(d.value->rows() == s.value->rows() && d.value->cols() == s.value->cols(), "parameter " + s.name + " rows",
+             s.value->rows(), "the shape of the parameter it is copied into");
+      *d.value = *s.value;
+      d.m = s.m;
+      d.v = s.v;
+      ++copied;
+    }
+  return copied;
 }
 
 /// Appends (name, square sum) of every slot of `p` to `out`.

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+// disagmoe-train --schedule afpipe: the training loop on p attention and p FFN workers
+// (DisaggregatedTrainer over loopback threads with an emulated network, or over MPI
+// ranks), the measured step time and exposed communication, the simulator's prediction
+// calibrated with the measured op times, a Chrome trace of both, and --check-reference
+// (the colocated trainer on the same data, compared to the bit).
+#pragma once
+
+#include <disagmoe/backend/host/loopback_transport.hpp>
+#include <disagmoe/io/chrome_trace.hpp>
+#include <disagmoe/runtime/byte_corpus.hpp>
+#include <disagmoe/runtime/colocated_trainer.hpp>
+#include <disagmoe/runtime/disaggregated_trainer.hpp>
+#include <disagmoe/runtime/timeline.hpp>
+#include <disagmoe/schedule/simulator.hpp>
+#ifdef DISAGMOE_TRAIN_WITH_MPI
+#include <disagmoe/backend/mpi/transport.hpp>
+#endif
+
+#include <nlohmann/json.hpp>
+
+#include "progress.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace disagmoe::train_cli {
+
+namespace rt = disagmoe::runtime;
+namespace mo = disagmoe::model;
+using Attention = mo::ReferenceAttention<float>;
+using Experts = mo::ReferenceExperts<float>;
+using Colocated = rt::ColocatedTrainer<Attention, Experts>;
+
+/// The options of a disaggregated run.
+struct DisaggregatedArgs {
+  std::string schedule = "colocated";
+  std::string transport = "loopback";
+  int pairs = 0;  // 0: 2 on loopback, world size / 2 under MPI
+  int group_size = 0, max_in_flight = 0;
+  bool no_fuse = false, check_reference = false;
+  double net_bandwidth = 0, net_latency = 0;  // emulated network (loopback), bytes/s and s
+  int timeout_ms = 30000;
+  std::string trace;
+};
+
+/// What a run needs from the program: the model, data and the trainer that holds the
+/// initial (possibly resumed) state and receives the trained one on rank 0.
+struct RunInputs {
+  const ModelSpec& spec;
+  const rt::TrainOptions& train;
+  const mo::DecoderOptions& decoder;
+  rt::StageOptions stage;
+  const rt::ByteCorpus& corpus;
+  int batch = 0;
+  std::int64_t steps = 0;
+  bool quiet = false;  // --json: no progress bar
+};
+
+/// What the run measured (filled on rank 0).
+struct RunOutcome {
+  nlohmann::json curve = nlohmann::json::array();
+  std::int64_t tokens = 0;
+  double seconds = 0, initial = std::nan(""), final_loss = std::nan("");
+  std::vector<double> step_seconds, exposed_comm_seconds;
+  double predicted_step_seconds = 0, simulated_exposed_comm_seconds = 0;
+  bool rank0 = true;
+  int workers = 0;
+};
+
+inline rt::DisaggregatedOptions disaggregated_options(const DisaggregatedArgs& d, int world_size) {
+  rt::DisaggregatedOptions o;
+  o.pairs = d.pairs > 0 ? d.pairs : world_size / 2;
+  o.policy.group_size = d.group_size;
+  o.policy.max_in_flight = d.max_in_flight;
+  o.policy.fuse_combine_dispatch = !d.no_fuse;
+  o.policy.m2n_uses_sms = false;  // CPU workers: no SMs to take
+  o.executor.timeout = std::chrono::milliseconds(d.timeout_ms);
+  if (d.net_bandwidth > 0) o.bytes_per_second = d.net_bandwidth;
+  o.latency_seconds = d.net_latency;
+  return o;
+}
+
+/// Checks the options before any worker starts.
+inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec& spec) {
+  expect(d.schedule == "colocated" || d.schedule == "afpipe", "--schedule", d.schedule, "colocated or afpipe");
+  expect(d.transport == "loopback" || d.transport == "mpi", "--transport", d.transport, "loopback or mpi");
+#ifndef DISAGMOE_TRAIN_WITH_MPI
+  expect(d.transport != "mpi", "--transport", d.transport, "loopback (this build has no MPI)");
+#endif
+  expect(d.pairs >= 0, "--pairs", d.pairs, "a positive integer (0: derived from the world)");
+  expect(d.pairs <= spec.layers, "--pairs", d.pairs,
+         "at most --layers (" + std::to_string(spec.layers) + "): pair i holds layers i, i + p, ...");
+  expect(d.group_size >= 0 && d.max_in_flight >= 0, "--group-size", d.group_size, "an integer >= 0 (0: default)");
+  expect(d.net_bandwidth >= 0 && d.net_latency >= 0, "--net-bandwidth", d.net_bandwidth, "a rate >= 0 (0: unlimited)");
+  expect(d.timeout_ms >= 1, "--timeout", d.timeout_ms, "a positive number of milliseconds");
+  if (d.schedule == "colocated")
+    expect(d.transport == "loopback" && d.pairs == 0 && !d.check_reference && d.trace.empty() && d.net_bandwidth == 0,
+           "--schedule", d.schedule, "afpipe for --transport, --pairs, --check-reference, --trace or --net-bandwidth");
+}
+
+/// Largest |a - b| / max(|b|, 1e-30) over two equally long sequences.
+inline double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double d = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    d = std::max(d, std::abs(a[i] - b[i]) / std::max(std::abs(b[i]), 1e-30));
+  return d;
+}
+
+inline std::vector<double> flat_parameters(Colocated& tr) {
+  std::vector<double> out;
+  for (const auto* ps : {&tr.attention().parameters(), &tr.experts().parameters()})
+    for (const auto& s : ps->slots()) out.insert(out.end(), s.value->data(), s.value->data() + s.value->size());
+  return out;
+}
+
+/// One rank's loop. `full` holds the starting state (read by every rank) and, on rank 0,
+/// receives the trained model; `data_rng` advances as the colocated loop's would.
+template <comm::transport Transport>
+void rank_loop(Transport& world, const RunInputs& in, const rt::DisaggregatedOptions& opt, Colocated& full,
+               mo::Rng data_rng, mo::Rng* final_rng, RunOutcome& out, const std::string& trace) {
+  using Trainer = rt::DisaggregatedTrainer<Attention, Experts, Transport>;
+  Trainer tr(Attention(in.spec, in.decoder), Experts(in.spec, in.decoder), in.spec, in.train, opt, world, in.stage);
+  const rt::ParameterSet<float>* start[] = {&full.attention().parameters(), &full.experts().parameters()};
+  tr.load_parameters(start);
+  tr.set_steps(full.steps());
+  const bool lead = world.rank() == 0;
+  out.workers = world.size();
+  const std::int64_t first = tr.steps();
+  std::optional<cli::ProgressBar> bar;
+  if (lead && !in.quiet) bar.emplace(in.steps);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<io::TraceRun> last_run;
+  while (tr.steps() < in.steps) {
+    const rt::Batch b = in.corpus.sample_train(in.batch, data_rng);
+    const auto s0 = std::chrono::steady_clock::now();
+    const rt::StepStats st = tr.step({b.inputs, b.targets, b.sequences});
+    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+    const auto timelines = tr.gather_timelines();
+    if (!lead) continue;
+    auto run = rt::measured_run(tr.lowered(), timelines);
+    out.step_seconds.push_back(step_s);
+    out.exposed_comm_seconds.push_back(rt::exposed_comm_seconds(tr.schedule(), run));
+    last_run = std::move(run);
+    out.tokens += static_cast<std::int64_t>(b.inputs.size());
+    if (std::isnan(out.initial)) out.initial = st.loss;
+    out.final_loss = st.loss;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (bar)
+      bar->update(tr.steps(), st.loss, out.tokens / secs,
+                  secs / static_cast<double>(tr.steps() - first) * static_cast<double>(in.steps - tr.steps()));
+    out.curve.push_back({{"step", tr.steps()}, {"loss", st.loss}, {"aux_loss", st.aux_loss}, {"z_loss", st.z_loss},
+                         {"grad_norm", st.grad_norm}, {"lr", st.lr}, {"step_seconds", step_s},
+                         {"exposed_comm_seconds", out.exposed_comm_seconds.back()}});
+  }
+  if (bar) bar->clear();
+  std::vector<rt::ParameterSet<float>*> into;
+  if (lead) into = {&full.attention().parameters(), &full.experts().parameters()};
+  tr.gather_parameters(into);
+  if (!lead) {
+    out.rank0 = false;
+    return;
+  }
+  full.set_steps(tr.steps());
+  if (final_rng != nullptr) *final_rng = data_rng;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (last_run) {  // the simulator's prediction of the last step from its own op times
+    const auto cal = rt::calibrated(tr.schedule(), *last_run);
+    const auto sim = schedule::simulate(cal);
+    const auto sim_run = io::simulated_run(cal, sim, "simulated");
+    out.predicted_step_seconds = sim.step_seconds;
+    out.simulated_exposed_comm_seconds = rt::exposed_comm_seconds(cal, sim_run);
+    if (!trace.empty()) io::write_chrome_trace(trace, tr.schedule(), std::vector<io::TraceRun>{*last_run, sim_run});
+  }
+}
+
+/// Trains `full` (which holds the start state) under AF-Pipe on the chosen workers;
+/// returns what rank 0 measured. `data_rng` is advanced as the colocated loop does.
+inline RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInputs& in, Colocated& full,
+                                      mo::Rng& data_rng) {
+  RunOutcome out;
+  if (d.transport == "loopback") {
+    const auto opt = disaggregated_options(d, 2 * (d.pairs > 0 ? d.pairs : 2));
+    std::optional<host::NetworkConfig> net;
+    if (d.net_bandwidth > 0 || d.net_latency > 0) {
+      net.emplace();
+      net->nic_bandwidth = d.net_bandwidth;
+      net->latency = d.net_latency;
+    }
+    host::LoopbackWorld world(2 * opt.pairs, net);
+    mo::Rng final_rng = data_rng;
+    std::vector<RunOutcome> outs(static_cast<std::size_t>(2 * opt.pairs));
+    host::run_ranks(world, [&](host::LoopbackTransport& t) {
+      rank_loop(t, in, opt, full, data_rng, t.rank() == 0 ? &final_rng : nullptr, outs[static_cast<std::size_t>(t.rank())],
+                d.trace);
+    });
+    data_rng = final_rng;
+    return std::move(outs[0]);
+  }
+#ifdef DISAGMOE_TRAIN_WITH_MPI
+  auto world = mpi::Transport::world();
+  expect(world.size() % 2 == 0 && world.size() >= 2, "MPI world size", world.size(),
+         "an even number of ranks (p attention + p FFN workers)");
+  const auto opt = disaggregated_options(d, world.size());
+  rank_loop(world, in, opt, full, data_rng, &data_rng, out, d.trace);
+#endif
+  return out;
+}
+
+}  // namespace disagmoe::train_cli
