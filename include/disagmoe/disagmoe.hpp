@@ -37,3 +37,5 @@
 #include <disagmoe/runtime/byte_corpus.hpp>
 #include <disagmoe/runtime/checkpoint.hpp>
 #include <disagmoe/runtime/colocated_trainer.hpp>
+#include <disagmoe/runtime/disaggregated_trainer.hpp>
+#include <disagmoe/runtime/timeline.hpp>
