@@ -112,7 +112,7 @@ AfResult afpipe(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batc
       const auto timelines = tr.gather_timelines();
       if (tp.rank() != 0 || s == 0) continue;
       const auto run = rt::measured_run(tr.lowered(), timelines);
-      const auto cal = rt::calibrated(tr.schedule(), run);
+      const auto cal = rt::calibrated(tr.schedule(), run, timelines);
       const auto sim = dm::schedule::simulate(cal);
       steps.push_back(secs);
       exposed.push_back(rt::exposed_comm_seconds(tr.schedule(), run));

@@ -137,6 +137,7 @@ void rank_loop(Transport& world, const RunInputs& in, const rt::DisaggregatedOpt
   if (lead && !in.quiet) bar.emplace(in.steps);
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<io::TraceRun> last_run;
+  std::vector<std::vector<rt::MeasuredOp>> last_timelines;
   while (tr.steps() < in.steps) {
     const rt::Batch b = in.corpus.sample_train(in.batch, data_rng);
     const auto s0 = std::chrono::steady_clock::now();
@@ -148,6 +149,7 @@ void rank_loop(Transport& world, const RunInputs& in, const rt::DisaggregatedOpt
     out.step_seconds.push_back(step_s);
     out.exposed_comm_seconds.push_back(rt::exposed_comm_seconds(tr.schedule(), run));
     last_run = std::move(run);
+    last_timelines = timelines;
     out.tokens += static_cast<std::int64_t>(b.inputs.size());
     if (std::isnan(out.initial)) out.initial = st.loss;
     out.final_loss = st.loss;
@@ -171,7 +173,7 @@ void rank_loop(Transport& world, const RunInputs& in, const rt::DisaggregatedOpt
   if (final_rng != nullptr) *final_rng = data_rng;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (last_run) {  // the simulator's prediction of the last step from its own op times
-    const auto cal = rt::calibrated(tr.schedule(), *last_run);
+    const auto cal = rt::calibrated(tr.schedule(), *last_run, last_timelines);
     const auto sim = schedule::simulate(cal);
     const auto sim_run = io::simulated_run(cal, sim, "simulated");
     out.predicted_step_seconds = sim.step_seconds;

@@ -102,12 +102,19 @@ inline double exposed_comm_seconds(const schedule::Schedule& s, const io::TraceR
   return nw > 0 ? total / static_cast<double>(nw) : 0.0;
 }
 
-/// `s` with every compute op costing what it measured in `run` (ops it lacks keep their
-/// cost), so that simulating it predicts the measured run from its own op times.
-inline schedule::Schedule calibrated(schedule::Schedule s, const io::TraceRun& run) {
+/// `s` with every compute op costing what it measured (ops not measured keep their
+/// cost), so that simulating it predicts the measured run from its own op times. The
+/// cost is the op's CPU time where `timelines` has it (the simulator itself slows
+/// compute ops that overlap on a worker), else its wall time in `run`.
+inline schedule::Schedule calibrated(schedule::Schedule s, const io::TraceRun& run,
+                                     std::span<const std::vector<MeasuredOp>> timelines = {}) {
   for (const auto& e : run.events) {
     auto& op = s.ops.at(static_cast<std::size_t>(e.op));
-    if (!schedule::is_comm(op.kind)) op.seconds = std::max(0.0, e.end - e.start);
+    if (schedule::is_comm(op.kind)) continue;
+    const double cpu = static_cast<std::size_t>(e.worker) < timelines.size()
+                           ? timelines[static_cast<std::size_t>(e.worker)].at(static_cast<std::size_t>(e.op)).cpu
+                           : -1.0;
+    op.seconds = std::max(0.0, cpu >= 0 ? cpu : e.end - e.start);
   }
   return s;
 }

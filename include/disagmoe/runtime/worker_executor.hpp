@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -43,7 +44,19 @@ namespace disagmoe::runtime {
 struct MeasuredOp {
   double start = -1;
   double end = -1;
+  /// Compute ops: CPU time of the thread that ran the op (its cost at the full rate of
+  /// one core, whatever else shared the core meanwhile); -1 otherwise.
+  double cpu = -1;
 };
+
+namespace detail {
+/// CPU time consumed by the calling thread, in seconds (POSIX CLOCK_THREAD_CPUTIME_ID).
+inline double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+}  // namespace detail
 
 /// What the executor asks of the caller, per op. Compute runs on the op's stream
 /// thread; everything else on the comm stream (the calling thread).
@@ -176,9 +189,12 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
     for (const auto& t : tasks) {
       if (!done.wait(t.deps, stop)) return;
       try {
-        times[static_cast<std::size_t>(t.op)].start = since();
+        auto& m = times[static_cast<std::size_t>(t.op)];
+        const double cpu0 = detail::thread_cpu_seconds();
+        m.start = since();
         handler.compute(t.op);
-        times[static_cast<std::size_t>(t.op)].end = since();
+        m.end = since();
+        m.cpu = detail::thread_cpu_seconds() - cpu0;
       } catch (...) {
         record_failure(t.op);
         return;
