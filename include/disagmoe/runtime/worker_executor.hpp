@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -142,13 +143,24 @@ class DoneSet {
 
 }  // namespace detail
 
-/// Runs `program` (worker `program.worker` of `schedule`) over `transport`, whose rank
-/// r is worker r. Returns the measured timeline of every op (indexed by op id). See the
-/// file comment for faults. O(tasks) plus the handler's work.
-template <comm::transport T, op_handler H>
-std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const schedule::WorkerProgram& program,
-                                   T& transport, H& handler, const ExecutorOptions& options = {}) {
-  using schedule::TaskKind;
+namespace detail {
+
+/// The comm stream's view of a run: the clock, the done set, the stop flag, the
+/// measured times, and where an error is recorded (from inside a catch block).
+struct CommContext {
+  std::function<double()> since;
+  DoneSet& done;
+  std::atomic<bool>& stop;
+  std::vector<MeasuredOp>& times;
+  const ExecutorOptions& options;
+};
+
+/// Runs the compute streams of `program` on two threads and `comm_loop(ctx, current)`
+/// (the comm stream) on the calling thread; `current` names the op a failure is
+/// reported against. Joins, then rethrows the first failure with its context.
+template <class Compute, class CommLoop>
+std::vector<MeasuredOp> run_streams(const schedule::Schedule& schedule, const schedule::WorkerProgram& program,
+                                    Compute&& compute, const ExecutorOptions& options, CommLoop&& comm_loop) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = options.epoch.value_or(Clock::now());
   const auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
@@ -192,7 +204,7 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
         auto& m = times[static_cast<std::size_t>(t.op)];
         const double cpu0 = detail::thread_cpu_seconds();
         m.start = since();
-        handler.compute(t.op);
+        compute(t.op);
         m.end = since();
         m.cpu = detail::thread_cpu_seconds() - cpu0;
       } catch (...) {
@@ -205,70 +217,10 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
   std::thread fwd(compute_stream, std::cref(program.streams[0]));
   std::thread bwd(compute_stream, std::cref(program.streams[1]));
 
-  struct InFlight {
-    typename T::Request req;
-    int op;
-    bool is_send;
-  };
-  std::vector<InFlight> flight;
-  const auto& tasks = program.streams[static_cast<std::size_t>(schedule::Stream::kComm)];
-  const std::int64_t tag_range = static_cast<std::int64_t>(transport.max_tag()) + 1;
-  const auto tag_of = [&](int op) { return static_cast<int>(op % tag_range); };
-  std::size_t next = 0;
-  int current = tasks.empty() ? -1 : tasks.front().op;
+  int current = -1;
   try {
-    while (!stop.load() && (next < tasks.size() || !flight.empty())) {
-      bool progressed = false;
-      for (std::size_t i = 0; i < flight.size();) {  // completions
-        if (!transport.test(flight[i].req)) {
-          ++i;
-          continue;
-        }
-        const int op = flight[i].op;
-        current = op;
-        flight[i].is_send ? handler.sent(op) : handler.received(op);
-        times[static_cast<std::size_t>(op)].end = since();
-        flight[i] = std::move(flight.back());
-        flight.pop_back();
-        done.mark(op);
-        progressed = true;
-      }
-      if (next < tasks.size()) {  // the head of the comm stream
-        const auto& t = tasks[next];
-        current = t.op;
-        if (t.kind == TaskKind::kRecv) {
-          times[static_cast<std::size_t>(t.op)].start = since();
-          flight.push_back({comm::irecv(transport, t.peer, tag_of(t.op), handler.recv_buffer(t.op)), t.op, false});
-          ++next;
-          progressed = true;
-        } else if (done.all_done(t.deps)) {
-          times[static_cast<std::size_t>(t.op)].start = since();
-          if (t.kind == TaskKind::kSend) {
-            flight.push_back({comm::isend(transport, t.peer, tag_of(t.op), handler.send_payload(t.op)), t.op, true});
-          } else {
-            handler.collective(t.op);
-            times[static_cast<std::size_t>(t.op)].end = since();
-            done.mark(t.op);
-          }
-          ++next;
-          progressed = true;
-        }
-      }
-      if (progressed) continue;
-      if (Clock::now() - done.last_progress() > options.timeout) {
-        // Name a receive in flight (its sender is silent) first, then a send (its
-        // receiver is), then the head task (its local dependencies never finished).
-        int waiting = next < tasks.size() ? tasks[next].op : -1;
-        for (const auto& f : flight)
-          if (!f.is_send || waiting < 0) waiting = f.op;
-        for (const auto& f : flight)
-          if (!f.is_send) waiting = f.op;
-        current = waiting;
-        throw TimeoutError(describe("no progress", std::to_string(options.timeout.count()) + " ms",
-                                    "a completion within ExecutorOptions.timeout (is a peer dead, silent or failed?)"));
-      }
-      done.wait_for_change(std::chrono::microseconds(flight.empty() ? 200 : 20));
-    }
+    CommContext ctx{since, done, stop, times, options};
+    comm_loop(ctx, current);
   } catch (...) {
     record_failure(current);
   }
@@ -276,14 +228,135 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
   // local now). Failed: record_failure has stopped them.
   fwd.join();
   bwd.join();
-  for (auto& f : flight) {  // withdraw what is still posted (the peers time out, not read garbage)
-    try {
-      transport.cancel(f.req);
-    } catch (...) {
-    }
-  }
   if (error) std::rethrow_exception(error);
   return times;
+}
+
+/// The TimeoutError of a worker on which nothing completed for `options.timeout`.
+[[noreturn]] inline void no_progress(const ExecutorOptions& options) {
+  throw TimeoutError(describe("no progress", std::to_string(options.timeout.count()) + " ms",
+                              "a completion within ExecutorOptions.timeout (is a peer dead, silent or failed?)"));
+}
+
+}  // namespace detail
+
+/// Runs `program` (worker `program.worker` of `schedule`) over `transport`, whose rank
+/// r is worker r. Returns the measured timeline of every op (indexed by op id). See the
+/// file comment for faults. O(tasks) plus the handler's work.
+template <comm::transport T, op_handler H>
+std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const schedule::WorkerProgram& program,
+                                   T& transport, H& handler, const ExecutorOptions& options = {}) {
+  using schedule::TaskKind;
+  using Clock = std::chrono::steady_clock;
+  const auto& tasks = program.streams[static_cast<std::size_t>(schedule::Stream::kComm)];
+  const std::int64_t tag_range = static_cast<std::int64_t>(transport.max_tag());  // max_tag itself stays free
+  const auto tag_of = [&](int op) { return static_cast<int>(op % tag_range); };
+  auto comm_loop = [&](detail::CommContext& cx, int& current) {
+    struct InFlight {
+      typename T::Request req;
+      int op;
+      bool is_send;
+    };
+    std::vector<InFlight> flight;
+    auto at = [&](int op) -> MeasuredOp& { return cx.times[static_cast<std::size_t>(op)]; };
+    try {
+      std::size_t next = 0;
+      while (!cx.stop.load() && (next < tasks.size() || !flight.empty())) {
+        bool progressed = false;
+        for (std::size_t i = 0; i < flight.size();) {  // completions
+          if (!transport.test(flight[i].req)) {
+            ++i;
+            continue;
+          }
+          const int op = current = flight[i].op;
+          flight[i].is_send ? handler.sent(op) : handler.received(op);
+          at(op).end = cx.since();
+          flight[i] = std::move(flight.back());
+          flight.pop_back();
+          cx.done.mark(op);
+          progressed = true;
+        }
+        if (next < tasks.size()) {  // the head of the comm stream
+          const auto& t = tasks[next];
+          current = t.op;
+          if (t.kind == TaskKind::kRecv) {
+            at(t.op).start = cx.since();
+            flight.push_back({comm::irecv(transport, t.peer, tag_of(t.op), handler.recv_buffer(t.op)), t.op, false});
+            ++next;
+            progressed = true;
+          } else if (cx.done.all_done(t.deps)) {
+            at(t.op).start = cx.since();
+            if (t.kind == TaskKind::kSend) {
+              flight.push_back({comm::isend(transport, t.peer, tag_of(t.op), handler.send_payload(t.op)), t.op, true});
+            } else {
+              handler.collective(t.op);
+              at(t.op).end = cx.since();
+              cx.done.mark(t.op);
+            }
+            ++next;
+            progressed = true;
+          }
+        }
+        if (progressed) continue;
+        if (Clock::now() - cx.done.last_progress() > options.timeout) {
+          // Name a receive in flight (its sender is silent) first, then a send (its
+          // receiver is), then the head task (its local dependencies never finished).
+          current = next < tasks.size() ? tasks[next].op : -1;
+          for (const auto& f : flight)
+            if (f.is_send && current < 0) current = f.op;
+          for (const auto& f : flight)
+            if (!f.is_send) current = f.op;
+          detail::no_progress(options);
+        }
+        cx.done.wait_for_change(std::chrono::microseconds(flight.empty() ? 200 : 20));
+      }
+    } catch (...) {
+      for (auto& f : flight) {  // withdraw what is still posted (the peers time out, not read garbage)
+        try {
+          transport.cancel(f.req);
+        } catch (...) {
+        }
+      }
+      throw;
+    }
+  };
+  return detail::run_streams(schedule, program, [&](int op) { handler.compute(op); }, options, comm_loop);
+}
+
+/// A handler whose transfers are blocking calls of its own (e.g. `comm::M2NChannel`
+/// exchanges, collective over a group): `compute(op)` as for `op_handler`, and
+/// `communicate(task)` for every comm task, called in the program's order once the
+/// task's dependencies are done. The handler's calls enforce their own deadlines.
+template <class H>
+concept blocking_comm_handler = requires(H& h, int op, const schedule::Task& t) {
+  h.compute(op);
+  h.communicate(t);
+};
+
+/// Runs `program` with a blocking-comm handler: the comm stream runs its tasks strictly
+/// in order (deadlock-free by the lowering's agreed order). Faults as for run_worker.
+template <blocking_comm_handler H>
+std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const schedule::WorkerProgram& program,
+                                   H& handler, const ExecutorOptions& options = {}) {
+  using Clock = std::chrono::steady_clock;
+  const auto& tasks = program.streams[static_cast<std::size_t>(schedule::Stream::kComm)];
+  auto comm_loop = [&](detail::CommContext& cx, int& current) {
+    for (const auto& t : tasks) {
+      current = t.op;
+      while (!cx.done.all_done(t.deps)) {
+        if (cx.stop.load()) return;
+        if (Clock::now() - cx.done.last_progress() > options.timeout) detail::no_progress(options);
+        cx.done.wait_for_change(std::chrono::microseconds(200));
+      }
+      if (cx.stop.load()) return;
+      auto& m = cx.times[static_cast<std::size_t>(t.op)];
+      m.start = cx.since();
+      handler.communicate(t);
+      m.end = cx.since();
+      cx.done.mark(t.op);
+    }
+  };
+  return detail::run_streams(schedule, program, [&](int op) { handler.compute(op); }, options, comm_loop);
 }
 
 }  // namespace disagmoe::runtime
