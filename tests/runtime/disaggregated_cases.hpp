@@ -9,6 +9,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -102,6 +104,21 @@ inline std::size_t differing_parameters(const Parameters& ref, const Parameters&
     }
   }
   return differing;
+}
+
+/// Largest over tensors of `got` of max |got - ref| / max |ref| (the tensor's own scale).
+inline double max_tensor_rel_diff(const Parameters& ref, const Parameters& got) {
+  double worst = 0;
+  for (const auto& [name, w] : got) {
+    const auto& v = ref.at(name);
+    double diff = 0, scale = 1e-30;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(w[i] - v[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(v[i])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
 }
 
 /// The statistics of every step agree bit for bit.

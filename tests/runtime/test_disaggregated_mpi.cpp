@@ -12,7 +12,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -76,6 +78,36 @@ TEST_CASE("mpi: disaggregated AF-Pipe equals the colocated trainer bit for bit o
             return n;
           }()));
   }
+}
+
+TEST_CASE("mpi: groups of ranks through M2NChannel match the colocated trainer") {
+  // 4 ranks: one pair of 2 A-ranks + 2 F-ranks; 6 ranks: two pairs of 1 A-rank + 2 F-ranks.
+  auto world = fresh_world();
+  const int size = world.size();
+  rt::DisaggregatedOptions opt;
+  opt.pairs = size == 4 ? 1 : 2;
+  opt.attention_ranks = size == 4 ? 2 : 1;
+  opt.ffn_ranks = 2;
+  opt.policy.fuse_combine_dispatch = false;
+  opt.executor.timeout = std::chrono::milliseconds(30000);
+  REQUIRE(opt.pairs * (opt.attention_ranks + opt.ffn_ranks) == size);
+  const auto spec = spec_of(2 * opt.pairs + 1, 2, 1, 1);
+  const int m = 2;
+  const auto data = batches(3, 2 * m * opt.attention_ranks, spec.seq_len);
+  const Run ref = colocated(spec, m * opt.attention_ranks, data);
+  const mo::DecoderOptions o;
+  rt::DisaggregatedTrainer<Attention, Experts, dm::mpi::Transport> tr(Attention(spec, o), Experts(spec, o), spec,
+                                                                     train_options(m), opt, world);
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    const auto st = tr.step(data[i].view());
+    CHECK(st.loss == doctest::Approx(ref.stats[i].loss).epsilon(1e-6));
+    CHECK(st.grad_norm == doctest::Approx(ref.stats[i].grad_norm).epsilon(1e-5));
+  }
+  Parameters mine;
+  if (tr.attention() != nullptr) collect(tr.attention()->parameters(), mine);
+  if (tr.experts() != nullptr) collect(tr.experts()->parameters(), mine);
+  const double worst = max_tensor_rel_diff(ref.params, mine);
+  CHECK(worst < 1e-4);
 }
 
 TEST_CASE("mpi: a throwing expert stops every rank within the deadline, naming worker, op and step") {

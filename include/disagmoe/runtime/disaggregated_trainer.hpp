@@ -27,6 +27,7 @@
 #pragma once
 
 #include <disagmoe/comm/all_gather.hpp>
+#include <disagmoe/comm/m2n_channel.hpp>
 #include <disagmoe/comm/transport.hpp>
 #include <disagmoe/error.hpp>
 #include <disagmoe/plan/cost_model.hpp>
@@ -35,6 +36,8 @@
 #include <disagmoe/schedule/afpipe.hpp>
 #include <disagmoe/schedule/lowering.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -46,9 +49,22 @@
 
 namespace disagmoe::runtime {
 
+/// How tokens move between an attention worker and its FFN worker.
+enum class Exchange : std::uint8_t {
+  kAuto,     ///< direct with one rank per worker, else channel
+  kDirect,   ///< one message per schedule transfer, one rank per worker (stage alignment allowed)
+  kChannel,  ///< comm::M2NChannel between the M ranks of A_i and the N ranks of F_i
+};
+
 /// How the disaggregated run is laid out and scheduled.
 struct DisaggregatedOptions {
-  int pairs = 1;                  ///< p: attention workers = FFN workers = p (world size 2p)
+  int pairs = 1;                  ///< p: attention workers = FFN workers = p
+  int attention_ranks = 1;        ///< M: ranks per attention worker (data parallel over a micro-batch)
+  int ffn_ranks = 1;              ///< N: ranks per FFN worker (its experts split over them)
+  /// F-rank in [0, N) of every routed expert (the same for every layer); empty: contiguous
+  /// blocks. Shared expert s lives on F-rank s mod N.
+  std::vector<int> expert_rank;
+  Exchange exchange = Exchange::kAuto;
   schedule::AFPipe policy{};      ///< ping-pong group, in-flight window, stage alignment
   ExecutorOptions executor{};     ///< fault deadline
   /// Rates the schedule's op costs assume (they fix the agreed comm order and the
@@ -64,8 +80,25 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
   expect(o.pairs >= 1, "DisaggregatedOptions.pairs", o.pairs, "a positive integer");
   expect(o.pairs <= spec.layers, "DisaggregatedOptions.pairs", o.pairs,
          "at most the model's layers (" + std::to_string(spec.layers) + "): pair i holds layers i, i + p, ...");
-  expect(world_size == 2 * o.pairs, "world size", world_size,
-         "2 * pairs (" + std::to_string(2 * o.pairs) + "): ranks 0..p-1 attention, p..2p-1 FFN workers");
+  expect(o.attention_ranks >= 1 && o.ffn_ranks >= 1, "DisaggregatedOptions.attention_ranks", o.attention_ranks,
+         "positive rank counts per worker");
+  const int size = o.pairs * (o.attention_ranks + o.ffn_ranks);
+  expect(world_size == size, "world size", world_size,
+         "pairs * (attention_ranks + ffn_ranks) = " + std::to_string(size) +
+             " (ranks: the attention workers' first, then the FFN workers')");
+  const bool one = o.attention_ranks == 1 && o.ffn_ranks == 1;
+  expect(o.exchange != Exchange::kDirect || one, "DisaggregatedOptions.exchange", "direct",
+         "channel for workers of several ranks");
+  if (!one || o.exchange == Exchange::kChannel)
+    expect(!o.policy.fuse_combine_dispatch, "DisaggregatedOptions.policy.fuse_combine_dispatch", true,
+           "false with the M2NChannel exchange (stage alignment runs on one rank per worker, exchange direct)");
+  expect(o.expert_rank.empty() || static_cast<int>(o.expert_rank.size()) == spec.experts,
+         "DisaggregatedOptions.expert_rank.size()", o.expert_rank.size(),
+         "0 (contiguous) or one F-rank per routed expert (" + std::to_string(spec.experts) + ")");
+  for (std::size_t e = 0; e < o.expert_rank.size(); ++e)
+    expect(o.expert_rank[e] >= 0 && o.expert_rank[e] < o.ffn_ranks,
+           "DisaggregatedOptions.expert_rank[" + std::to_string(e) + "]", o.expert_rank[e],
+           "an F-rank in [0, ffn_ranks = " + std::to_string(o.ffn_ranks) + ")");
   expect(o.policy.group_size >= 0 && o.policy.max_in_flight >= 0, "DisaggregatedOptions.policy.group_size",
          o.policy.group_size, "an integer >= 0 (0: the policy's default)");
   expect(o.flops_per_second > 0 && o.bytes_per_second > 0, "DisaggregatedOptions.flops_per_second",
@@ -90,29 +123,36 @@ inline schedule::Problem afpipe_problem(const ModelSpec& spec, const Disaggregat
       schedule::Worker w;
       w.name = (side == 0 ? "A" : "F") + std::to_string(i);
       w.role = side == 0 ? schedule::Role::kAttention : schedule::Role::kFfn;
+      w.gpus = side == 0 ? o.attention_ranks : o.ffn_ranks;
       w.first_node = side * pairs + i;
       w.nic_bandwidth = w.nvlink_bandwidth = bytes_per_second;
       w.peak_flops = flops_per_second;
       pb.workers.push_back(w);
     }
   pb.micro_batches = micro_batches;
+  // Per GPU: an A-rank holds T / M tokens of a micro-batch; an F-rank 1/N of the expert
+  // work; a token goes to at most min(k + shared, N) F-ranks (send-once).
   const double t = double(spec.tokens_per_micro_batch()), d = spec.hidden, e = double(element_bytes);
+  const double ta = t / o.attention_ranks, n = o.ffn_ranks;
+  const double dest = std::min<double>(spec.top_k + spec.shared_experts, n);
   pb.tokens_per_micro_batch = t * pairs;
   for (int l = 0; l < spec.layers; ++l) {
     const auto c = plan::layer_cost(spec, l);
     const auto a = c.attention_side() + c.dense_ffn, f = c.experts + c.shared_experts;
     schedule::LayerCost lc;
     lc.moe = c.moe;
-    lc.attn_fwd = a.forward / flops_per_second;
-    lc.attn_bwd = a.backward_input / flops_per_second;
-    lc.attn_wgrad = a.backward_weight / flops_per_second;
-    lc.expert_fwd = f.forward / flops_per_second;
-    lc.expert_bwd = f.backward_input / flops_per_second;
-    lc.expert_wgrad = f.backward_weight / flops_per_second;
-    lc.dispatch_bytes = t * (d * e + spec.top_k * 8.0);
-    lc.combine_bytes = lc.hidden_bytes = t * d * e;
+    const double am = o.attention_ranks * flops_per_second, fn = n * flops_per_second;
+    lc.attn_fwd = a.forward / am;
+    lc.attn_bwd = a.backward_input / am;
+    lc.attn_wgrad = a.backward_weight / am;
+    lc.expert_fwd = f.forward / fn;
+    lc.expert_bwd = f.backward_input / fn;
+    lc.expert_wgrad = f.backward_weight / fn;
+    lc.dispatch_bytes = ta * dest * (d * e + (spec.top_k + spec.shared_experts) * 8.0);
+    lc.combine_bytes = t * dest * d * e / n;
+    lc.hidden_bytes = ta * d * e;
     // Stage alignment: the residual rides with the dispatch (and dL/dy with the return).
-    if (c.moe && l + 1 < spec.layers && o.policy.fuse_combine_dispatch) lc.dispatch_bytes += t * d * e;
+    if (c.moe && l + 1 < spec.layers && o.policy.fuse_combine_dispatch) lc.dispatch_bytes += ta * d * e;
     pb.flops_per_micro_batch += c.total().total();
     pb.layers.push_back(lc);
   }
@@ -136,24 +176,33 @@ class DisaggregatedTrainer {
     validate(train_);
     validate(options_, spec_, world_.size());
     p_ = options_.pairs;
+    m_ranks_ = options_.attention_ranks;
+    n_ranks_ = options_.ffn_ranks;
+    channel_ = options_.exchange == Exchange::kChannel || m_ranks_ > 1 || n_ranks_ > 1;
     rank_ = world_.rank();
+    worker_ = rank_ < p_ * m_ranks_ ? rank_ / m_ranks_ : p_ + (rank_ - p_ * m_ranks_) / n_ranks_;
+    index_ = rank_ < p_ * m_ranks_ ? rank_ % m_ranks_ : (rank_ - p_ * m_ranks_) % n_ranks_;
+    const int pair = worker_ % p_;
+    if (channel_) make_groups();
     if (is_attention()) {
       AttentionStageLayout layout;
-      for (int l = rank_; l < spec_.layers; l += p_) layout.layers.push_back(l);
-      layout.embedding = rank_ == 0;
-      layout.head = (spec_.layers - 1) % p_ == rank_;
+      for (int l = pair; l < spec_.layers; l += p_) layout.layers.push_back(l);
+      layout.embedding = pair == 0;
+      layout.head = (spec_.layers - 1) % p_ == pair;
       attention_.emplace(std::move(attention), spec_, std::move(layout), stage);
     } else {
       ExpertStageLayout layout;
-      std::vector<int> ids(static_cast<std::size_t>(spec_.experts + spec_.shared_experts));
-      for (std::size_t k = 0; k < ids.size(); ++k) ids[k] = static_cast<int>(k);
-      for (int l = rank_ - p_; l < spec_.layers; l += p_)
+      std::vector<int> ids;  // this F-rank's experts, ascending (routed, then shared)
+      for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e)
+        if (expert_rank_of(e) == index_) ids.push_back(e);
+      for (int l = pair; l < spec_.layers; l += p_)
         if (spec_.is_moe_layer(l)) {
           layout.layers.push_back(l);
           layout.experts.push_back(ids);
         }
       experts_.emplace(std::move(experts), spec_, std::move(layout), stage);
     }
+    if (channel_) make_channels();
     agree_on_parameters();
   }
 
@@ -178,10 +227,16 @@ class DisaggregatedTrainer {
     for_each_parameter_set([](auto& ps) { ps.zero_grad(); });
     try {
       prepare(batch);
-      Handler handler{*this};
       ExecutorOptions exec = options_.executor;
       exec.step = step_ + 1;
-      timeline_ = run_worker(schedule_, program(), world_, handler, exec);
+      if (channel_) {
+        ChannelHandler handler{*this};
+        timeline_ = run_worker(schedule_, program(), handler, exec);
+        finish_channel_step();
+      } else {
+        Handler handler{*this};
+        timeline_ = run_worker(schedule_, program(), world_, handler, exec);
+      }
       return gather_stats();
     } catch (...) {
       failed_ = true;  // the peers' state is out of step with ours: no further steps
@@ -193,8 +248,10 @@ class DisaggregatedTrainer {
   }
 
   /// This rank's worker index in the schedule (0..p-1: A_i, p..2p-1: F_{i-p}).
-  [[nodiscard]] int worker() const { return rank_; }
-  [[nodiscard]] bool is_attention() const { return rank_ < p_; }
+  [[nodiscard]] int worker() const { return worker_; }
+  /// This rank's index among its worker's ranks.
+  [[nodiscard]] int rank_in_worker() const { return index_; }
+  [[nodiscard]] bool is_attention() const { return worker_ < p_; }
   /// The schedule of the last step (built for its micro-batch size).
   [[nodiscard]] const schedule::Schedule& schedule() const { return schedule_; }
   /// Measured start and end of every op this worker ran in the last step (seconds).
@@ -244,7 +301,7 @@ class DisaggregatedTrainer {
       const auto* b = static_cast<const std::byte*>(p);
       mine.insert(mine.end(), b, b + n);
     };
-    for_each_parameter_set([&](auto& ps) {
+    if (reports_parameters()) for_each_parameter_set([&](auto& ps) {
       for (const auto& s : ps.slots()) {
         const std::uint64_t len = s.name.size(), rows = static_cast<std::uint64_t>(s.value->rows()),
                             cols = static_cast<std::uint64_t>(s.value->cols());
@@ -306,9 +363,22 @@ class DisaggregatedTrainer {
     void sent(int op) { t.wire_.erase(op); }
     void collective(int) {}  // one rank per worker: its all-reduce is the identity
   };
+  struct ChannelHandler {
+    DisaggregatedTrainer& t;
+    void compute(int op) { t.run_compute(op); }
+    void communicate(const schedule::Task& task) { t.communicate(task); }
+  };
 
   // ---- layout -----------------------------------------------------------------
 
+  /// F-rank of expert e (routed: the placement, or contiguous blocks; shared: e - E mod N).
+  int expert_rank_of(int e) const {
+    if (e >= spec_.experts) return (e - spec_.experts) % n_ranks_;
+    if (!options_.expert_rank.empty()) return options_.expert_rank[static_cast<std::size_t>(e)];
+    return static_cast<int>(static_cast<std::int64_t>(e) * n_ranks_ / spec_.experts);
+  }
+  /// World rank of rank `i` of schedule worker `w`.
+  int world_rank(int w, int i) const { return w < p_ ? w * m_ranks_ + i : p_ * m_ranks_ + (w - p_) * n_ranks_ + i; }
   int attention_worker(int l) const { return l % p_; }
   int ffn_worker(int l) const { return p_ + l % p_; }
   bool moe(int l) const { return spec_.is_moe_layer(l); }
@@ -325,19 +395,21 @@ class DisaggregatedTrainer {
 
   // ---- per step -----------------------------------------------------------------
 
-  const schedule::WorkerProgram& program() const { return lowered_.workers[static_cast<std::size_t>(rank_)]; }
+  const schedule::WorkerProgram& program() const { return lowered_.workers[static_cast<std::size_t>(worker_)]; }
 
   void prepare(const TokenBatch& batch) {
     const int m = train_.micro_batches;
     const int per = batch.sequences / m;
     if (per != sequences_per_micro_batch_) {  // every rank builds the same schedule
       ModelSpec mb_spec = spec_;
-      mb_spec.micro_batch = per;
+      mb_spec.micro_batch = per;  // the problem splits it over the A-ranks
       schedule_ = options_.policy.build(afpipe_problem(mb_spec, options_, m, sizeof(T)));
       lowered_ = schedule::lower(schedule_);
       sequences_per_micro_batch_ = per;
     }
-    tokens_ = static_cast<std::size_t>(per) * static_cast<std::size_t>(spec_.seq_len);
+    expect(per % m_ranks_ == 0, "batch.sequences / micro_batches", per,
+           "a multiple of attention_ranks (" + std::to_string(m_ranks_) + "): each A-rank takes an equal share");
+    tokens_ = static_cast<std::size_t>(per / m_ranks_) * static_cast<std::size_t>(spec_.seq_len);
     batch_ = batch;
     cells_.assign(static_cast<std::size_t>(m) * static_cast<std::size_t>(spec_.layers), Cell{});
     final_.assign(static_cast<std::size_t>(m), Matrix());
@@ -345,10 +417,13 @@ class DisaggregatedTrainer {
     wire_.clear();
   }
 
+  /// This A-rank's share of micro-batch mb: the colocated run's micro-batch mb * M + index
+  /// of M * micro_batches (so the router losses see the same tokens).
   std::span<const int> slice(std::span<const int> all, int mb) const {
-    return all.subspan(static_cast<std::size_t>(mb) * tokens_, tokens_);
+    return all.subspan((static_cast<std::size_t>(mb) * static_cast<std::size_t>(m_ranks_) + static_cast<std::size_t>(index_)) * tokens_,
+                       tokens_);
   }
-  T loss_scale() const { return static_cast<T>(1.0 / train_.micro_batches); }
+  T loss_scale() const { return static_cast<T>(1.0 / (train_.micro_batches * m_ranks_)); }
 
   void run_compute(int id) {
     const schedule::Op& o = schedule_.ops[static_cast<std::size_t>(id)];
@@ -384,7 +459,7 @@ class DisaggregatedTrainer {
   /// schedule's hand-off, or the head's input after the last layer.
   void hand_on(int j, int l, const Matrix& next) {
     if (last(l)) final_[static_cast<std::size_t>(j)] = next;
-    else if (attention_worker(l + 1) == rank_) cell(j, l + 1).h = next;
+    else if (attention_worker(l + 1) == worker_) cell(j, l + 1).h = next;
     else cell(j, l).next = next;
   }
 
@@ -412,11 +487,12 @@ class DisaggregatedTrainer {
     if (l == 0) return attention_->embed_backward(j, dh);
     // dh is dL/d(output of layer l-1): travels with the fused backward dispatch, by a
     // hand-off, or stays here.
-    if (!fused(l - 1) && attention_worker(l - 1) == rank_) cell(j, l - 1).dy = std::move(dh);
+    if (!fused(l - 1) && attention_worker(l - 1) == worker_) cell(j, l - 1).dy = std::move(dh);
     else c.dh = std::move(dh);
   }
 
   void expert_forward(int j, int l, Cell& c) {
+    if (channel_) return channel_expert_forward(j, l);
     c.dispatch.emplace(c.topk, spec_.experts, spec_.shared_experts);
     Matrix rows;
     group_rows(*c.dispatch, c.tokens, rows);
@@ -430,6 +506,7 @@ class DisaggregatedTrainer {
   }
 
   void expert_backward(int j, int l, Cell& c) {
+    if (channel_) return channel_expert_backward(j, l);
     Matrix d_out, d_rows;
     combine_backward(*c.dispatch, c.expert_out, c.gates, c.dy, d_out, c.d_gates);
     experts_->backward_input(l, j, d_out, d_rows);
@@ -541,6 +618,182 @@ class DisaggregatedTrainer {
     }
   }
 
+  // ---- the M2NChannel exchange (groups of ranks) ------------------------------------
+
+  /// Collective over the world: the pair groups (A_i then F_i ranks) and the attention
+  /// workers' data-parallel groups; this rank keeps its own.
+  void make_groups() {
+    for (int i = 0; i < p_; ++i) {
+      std::vector<int> members;
+      for (int r = 0; r < m_ranks_; ++r) members.push_back(world_rank(i, r));
+      auto a = world_.split(members);
+      for (int r = 0; r < n_ranks_; ++r) members.push_back(world_rank(p_ + i, r));
+      auto pair = world_.split(members);
+      if (a) attention_group_.emplace(std::move(*a));
+      if (pair) pair_group_.emplace(std::move(*pair));
+    }
+  }
+
+  /// Collective over this rank's pair group: one channel per (MoE layer, micro-batch),
+  /// created once (a fingerprint handshake each) and reused every step. Shared experts
+  /// ride as extra routing slots of gate 1 (ids E, E+1, ...), so the channel's combine
+  /// adds them after the routed slots, as the colocated combine does.
+  void make_channels() {
+    comm::ChannelConfig base;
+    base.attention_ranks = m_ranks_;
+    base.ffn_ranks = n_ranks_;
+    base.hidden = spec_.hidden;
+    base.top_k = spec_.top_k + spec_.shared_experts;
+    base.timeout = options_.executor.timeout;
+    for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e) base.expert_rank.push_back(expert_rank_of(e));
+    int count = 0;
+    for (int l = worker_ % p_; l < spec_.layers; l += p_) {
+      if (!moe(l)) continue;
+      for (int j = 0; j < train_.micro_batches; ++j) {
+        comm::ChannelConfig c = base;
+        c.name = "layer " + std::to_string(l) + " micro-batch " + std::to_string(j);
+        c.tag_base = comm::kTagsPerChannel * count++;
+        expect(c.tag_base + comm::kTagsPerChannel <= comm::kHandshakeTag, "channels per pair", count,
+               "at most " + std::to_string(comm::kHandshakeTag / comm::kTagsPerChannel) +
+                   " (MoE layers per pair x micro-batches; MPI tags end at 32767)");
+        channels_[{l, j}] = std::make_unique<comm::M2NChannel<Transport, T>>(*pair_group_, std::move(c));
+      }
+    }
+  }
+  comm::M2NChannel<Transport, T>& channel(int l, int j) { return *channels_.at({l, j}); }
+
+  /// Grouped rows of this F-rank's experts for (l, j), as the channel fanned them out.
+  void channel_expert_forward(int j, int l) {
+    auto& ch = channel(l, j);
+    const std::size_t le = ch.local_experts(), h = static_cast<std::size_t>(spec_.hidden);
+    std::vector<std::int64_t> offsets{0};
+    for (std::size_t k = 0; k < le; ++k) offsets.push_back(offsets.back() + static_cast<std::int64_t>(ch.expert_rows(k)));
+    const auto rows_n = static_cast<Eigen::Index>(offsets.back());
+    Matrix rows(rows_n, spec_.hidden), out;
+    if (rows_n > 0) std::memcpy(rows.data(), ch.expert_input(0).data(), static_cast<std::size_t>(rows.size()) * sizeof(T));
+    experts_->forward(l, j, offsets, rows, out);
+    if (rows_n > 0) std::memcpy(ch.expert_output(0).data(), out.data(), static_cast<std::size_t>(rows_n) * h * sizeof(T));
+  }
+
+  void channel_expert_backward(int j, int l) {
+    auto& ch = channel(l, j);
+    const std::size_t le = ch.local_experts();
+    std::size_t rows_n = 0;
+    for (std::size_t k = 0; k < le; ++k) rows_n += ch.expert_rows(k);
+    Matrix d_out(static_cast<Eigen::Index>(rows_n), spec_.hidden), d_rows;
+    if (rows_n > 0)
+      std::memcpy(d_out.data(), ch.expert_grad_output(0).data(), static_cast<std::size_t>(d_out.size()) * sizeof(T));
+    experts_->backward_input(l, j, d_out, d_rows);
+    if (rows_n > 0)
+      std::memcpy(ch.expert_grad_input(0).data(), d_rows.data(), static_cast<std::size_t>(d_rows.size()) * sizeof(T));
+  }
+
+  /// A comm task of the channel mode, on the comm stream, in the agreed order.
+  void communicate(const schedule::Task& task) {
+    using K = schedule::OpKind;
+    const schedule::Op& o = schedule_.ops[static_cast<std::size_t>(task.op)];
+    const int l = o.layer, j = o.micro_batch;
+    const std::int64_t step = step_ + 1;
+    if (task.kind == schedule::TaskKind::kCollective) return;  // the data-parallel reduce follows the step
+    if (o.kind == K::kSend) return hand_off(task);
+    expect(o.kind == K::kDispatch || o.kind == K::kReturn, "DisaggregatedTrainer transfer",
+           schedule::describe_op(schedule_, task.op), "an M2N dispatch or N2M return (no stage alignment)");
+    auto& ch = channel(l, j);
+    Cell& c = cell(j, l);
+    const bool send = task.kind == schedule::TaskKind::kSend;
+    const std::size_t h = static_cast<std::size_t>(spec_.hidden), k = static_cast<std::size_t>(spec_.top_k);
+    const std::size_t slots = k + static_cast<std::size_t>(spec_.shared_experts);
+    if (o.kind == K::kDispatch && !o.backward) {
+      if (!send) return ch.receive(step);
+      std::vector<std::int32_t> ids(tokens_ * slots);
+      std::vector<float> gates(tokens_ * slots, 1.0f);
+      for (std::size_t t = 0; t < tokens_; ++t)
+        for (std::size_t s2 = 0; s2 < slots; ++s2) {
+          const bool routed = s2 < k;
+          ids[t * slots + s2] = routed ? c.topk(static_cast<Eigen::Index>(t), static_cast<Eigen::Index>(s2))
+                                       : spec_.experts + static_cast<int>(s2 - k);
+          if (routed) gates[t * slots + s2] = static_cast<float>(c.gates(static_cast<Eigen::Index>(t), static_cast<Eigen::Index>(s2)));
+        }
+      ch.dispatch(step, {c.tokens.data(), tokens_ * h}, ids, gates);
+      c.tokens = Matrix();
+      return;
+    }
+    if (o.kind == K::kReturn && !o.backward) {
+      if (send) return ch.send_return();
+      c.y.resize(static_cast<Eigen::Index>(tokens_), spec_.hidden);
+      ch.combine({c.y.data(), tokens_ * h});
+      const Matrix next = c.residual + c.y;  // as colocated: residual + y
+      c.residual = c.y = Matrix();
+      return hand_on(j, l, next);
+    }
+    if (o.kind == K::kDispatch) {  // backward: dL/dy towards the experts
+      if (!send) return ch.receive_grad();
+      if (last(l)) (void)head_gradient(j);
+      return ch.backward_dispatch({c.dy.data(), tokens_ * h});
+    }
+    if (send) return ch.send_grad();
+    std::vector<float> d_gates(tokens_ * slots);
+    c.d_tokens.resize(static_cast<Eigen::Index>(tokens_), spec_.hidden);
+    ch.backward_combine({c.d_tokens.data(), tokens_ * h}, d_gates);
+    c.d_gates.resize(static_cast<Eigen::Index>(tokens_), spec_.top_k);
+    for (std::size_t t = 0; t < tokens_; ++t)
+      for (std::size_t s2 = 0; s2 < k; ++s2)
+        c.d_gates(static_cast<Eigen::Index>(t), static_cast<Eigen::Index>(s2)) = static_cast<T>(d_gates[t * slots + s2]);
+  }
+
+  /// Residual-stream hand-off between attention workers: rank i of one to rank i of the
+  /// other, over the world (sends complete by the end of the step).
+  void hand_off(const schedule::Task& task) {
+    const int peer = world_rank(task.peer, index_);
+    const int tag = task.op % world_.max_tag();
+    if (task.kind == schedule::TaskKind::kSend) {
+      pending_sends_.push_back(world_.isend(peer, tag, pack(task.op)));
+      return;
+    }
+    auto& buf = wire_[task.op];
+    buf.resize(payload_bytes(task.op));
+    auto req = world_.irecv(peer, tag, std::span<std::byte>(buf));
+    if (!world_.wait(req, comm::deadline_after(options_.executor.timeout))) {
+      world_.cancel(req);
+      fail<TimeoutError>("hand-off from world rank " + std::to_string(peer), "no data",
+                         "arrival within the deadline (is the peer dead, silent or failed?)");
+    }
+    unpack(task.op);
+  }
+
+  /// After the program: hand-off sends complete, channels flushed, and the attention
+  /// workers' replicas sum their gradients (in rank order, the same bits on every rank).
+  void finish_channel_step() {
+    const auto deadline = comm::deadline_after(options_.executor.timeout);
+    for (auto& r : pending_sends_)
+      if (!world_.wait(r, deadline))
+        fail<TimeoutError>("hand-off send", "pending", "completion within the deadline (is the peer dead?)");
+    pending_sends_.clear();
+    wire_.clear();
+    for (auto& [key, ch] : channels_) ch->flush();
+    if (!attention_ || m_ranks_ == 1) return;
+    std::vector<T> mine;
+    for (const auto& sl : attention_->parameters().slots())
+      mine.insert(mine.end(), sl.grad->data(), sl.grad->data() + sl.grad->size());
+    const auto all = comm::all_gather(*attention_group_, std::as_bytes(std::span(mine)), attention_group_->max_tag(),
+                                      deadline, "attention gradients");
+    std::vector<T> sum(mine.size()), part(mine.size());
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      expect(all[r].size() == mine.size() * sizeof(T), "attention gradient bytes of rank " + std::to_string(r),
+             all[r].size(), "the same on every replica");
+      std::memcpy(part.data(), all[r].data(), all[r].size());
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = r == 0 ? part[i] : sum[i] + part[i];
+    }
+    std::size_t at = 0;
+    for (auto& sl : attention_->parameters().slots()) {
+      std::memcpy(sl.grad->data(), sum.data() + at, static_cast<std::size_t>(sl.grad->size()) * sizeof(T));
+      at += static_cast<std::size_t>(sl.grad->size());
+    }
+  }
+
+  /// True on the rank that reports this rank's parameters (one replica per A worker).
+  bool reports_parameters() const { return !is_attention() || index_ == 0; }
+
   // ---- agreement across workers ------------------------------------------------------
 
   /// Every worker learns the sorted list of all parameter names (the canonical order of
@@ -548,10 +801,11 @@ class DisaggregatedTrainer {
   void agree_on_parameters() {
     std::string mine;
     std::int64_t count = 0;
-    for_each_parameter_set([&](auto& ps) {
-      count += ps.count();
-      for (const auto& s : ps.slots()) mine += s.name + '\n';
-    });
+    if (reports_parameters())
+      for_each_parameter_set([&](auto& ps) {
+        count += ps.count();
+        for (const auto& s : ps.slots()) mine += s.name + '\n';
+      });
     mine += std::to_string(count);
     const auto all = comm::all_gather(world_, std::as_bytes(std::span(mine.data(), mine.size())), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "parameter names");
@@ -574,35 +828,42 @@ class DisaggregatedTrainer {
   /// exactly one contributing worker, so the sum over workers is exact; then the
   /// statistics in the colocated trainer's summation order.
   StepStats gather_stats() {
-    const int m = train_.micro_batches, L = spec_.layers;
+    // Indexed by the colocated run's micro-batch q = mb * M + rank in worker (M * m of them).
+    const int m = train_.micro_batches * m_ranks_, L = spec_.layers;
     const std::size_t cells = static_cast<std::size_t>(m) * static_cast<std::size_t>(L);
     std::vector<double> v(static_cast<std::size_t>(m) + 2 * cells + names_.size(), 0.0);
+    auto q_of = [&](int mb) { return static_cast<std::size_t>(mb * m_ranks_ + index_); };
     if (attention_ && attention_->layout().head)
-      for (int j = 0; j < m; ++j) v[static_cast<std::size_t>(j)] = static_cast<double>(loss_[static_cast<std::size_t>(j)]);
-    for (std::size_t i = 0; i < cells; ++i) {
-      v[static_cast<std::size_t>(m) + i] = cells_[i].aux;
-      v[static_cast<std::size_t>(m) + cells + i] = cells_[i].z;
-    }
-    for_each_parameter_set([&](auto& ps) {
-      for (const auto& s : ps.slots()) {
-        const auto at = std::lower_bound(names_.begin(), names_.end(), s.name) - names_.begin();
-        v[static_cast<std::size_t>(m) + 2 * cells + static_cast<std::size_t>(at)] = std::decay_t<decltype(ps)>::grad_square_sum(s);
-      }
-    });
+      for (int j = 0; j < train_.micro_batches; ++j) v[q_of(j)] = static_cast<double>(loss_[static_cast<std::size_t>(j)]);
+    if (attention_)
+      for (int j = 0; j < train_.micro_batches; ++j)
+        for (int l = 0; l < L; ++l) {
+          const std::size_t i = q_of(j) * static_cast<std::size_t>(L) + static_cast<std::size_t>(l);
+          v[static_cast<std::size_t>(m) + i] = cell(j, l).aux;
+          v[static_cast<std::size_t>(m) + cells + i] = cell(j, l).z;
+        }
+    if (reports_parameters())
+      for_each_parameter_set([&](auto& ps) {
+        for (const auto& s : ps.slots()) {
+          const auto at = std::lower_bound(names_.begin(), names_.end(), s.name) - names_.begin();
+          v[static_cast<std::size_t>(m) + 2 * cells + static_cast<std::size_t>(at)] =
+              std::decay_t<decltype(ps)>::grad_square_sum(s);
+        }
+      });
     const auto all = comm::all_gather(world_, std::as_bytes(std::span(v)), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "step statistics");
     std::vector<double> sum(v.size(), 0.0);
-    for (const auto& bytes : all) {
+    for (const auto& bytes : all) {  // exactly one rank contributes each entry: the sum is exact
       expect(bytes.size() == v.size() * sizeof(double), "step statistics bytes", bytes.size(), "the same on every worker");
       std::vector<double> x(v.size());
       std::memcpy(x.data(), bytes.data(), bytes.size());
       for (std::size_t i = 0; i < v.size(); ++i) sum[i] += x[i];
     }
-    StepStats st;
-    for (int j = 0; j < m; ++j) {
-      st.loss += sum[static_cast<std::size_t>(j)] / m;
+    StepStats st;  // in the colocated trainer's order
+    for (int q = 0; q < m; ++q) {
+      st.loss += sum[static_cast<std::size_t>(q)] / m;
       for (int l = 0; l < L; ++l) {
-        const std::size_t i = static_cast<std::size_t>(j) * static_cast<std::size_t>(L) + static_cast<std::size_t>(l);
+        const std::size_t i = static_cast<std::size_t>(q) * static_cast<std::size_t>(L) + static_cast<std::size_t>(l);
         st.aux_loss += sum[static_cast<std::size_t>(m) + i];
         st.z_loss += sum[static_cast<std::size_t>(m) + cells + i];
       }
@@ -620,6 +881,12 @@ class DisaggregatedTrainer {
   DisaggregatedOptions options_;
   Transport& world_;
   int p_ = 1, rank_ = 0;
+  int m_ranks_ = 1, n_ranks_ = 1;  // ranks per attention / FFN worker
+  int worker_ = 0, index_ = 0;     // this rank's worker and its index there
+  bool channel_ = false;           // M2NChannel exchange (else direct messages)
+  std::optional<Transport> pair_group_, attention_group_;
+  std::map<std::pair<int, int>, std::unique_ptr<comm::M2NChannel<Transport, T>>> channels_;  // (layer, mb)
+  std::vector<typename Transport::Request> pending_sends_;  // channel mode: hand-offs between A workers
   std::optional<AttentionStage<Attention>> attention_;
   std::optional<ExpertStage<Experts>> experts_;
   std::vector<std::string> names_;
