@@ -42,7 +42,9 @@ using Colocated = rt::ColocatedTrainer<Attention, Experts>;
 struct DisaggregatedArgs {
   std::string schedule = "colocated";
   std::string transport = "loopback";
-  int pairs = 0;  // 0: 2 on loopback, world size / 2 under MPI
+  int pairs = 0;  // 0: 2 on loopback, world size / (M + N) under MPI
+  int attention_ranks = 1, ffn_ranks = 1;  // M, N: ranks per attention / FFN worker
+  std::string exchange = "auto";
   int group_size = 0, max_in_flight = 0;
   bool no_fuse = false, check_reference = false;
   double net_bandwidth = 0, net_latency = 0;  // emulated network (loopback), bytes/s and s
@@ -71,15 +73,21 @@ struct RunOutcome {
   std::vector<double> step_seconds, exposed_comm_seconds;
   double predicted_step_seconds = 0, simulated_exposed_comm_seconds = 0;
   bool rank0 = true;
-  int workers = 0;
+  int ranks = 0;
 };
 
 inline rt::DisaggregatedOptions disaggregated_options(const DisaggregatedArgs& d, int world_size) {
   rt::DisaggregatedOptions o;
-  o.pairs = d.pairs > 0 ? d.pairs : world_size / 2;
+  o.attention_ranks = d.attention_ranks;
+  o.ffn_ranks = d.ffn_ranks;
+  o.pairs = d.pairs > 0 ? d.pairs : world_size / (d.attention_ranks + d.ffn_ranks);
+  o.exchange = d.exchange == "direct" ? rt::Exchange::kDirect
+               : d.exchange == "channel" ? rt::Exchange::kChannel : rt::Exchange::kAuto;
   o.policy.group_size = d.group_size;
   o.policy.max_in_flight = d.max_in_flight;
-  o.policy.fuse_combine_dispatch = !d.no_fuse;
+  // Stage alignment needs the direct exchange (one rank per worker); groups run unfused.
+  o.policy.fuse_combine_dispatch = !d.no_fuse && o.exchange != rt::Exchange::kChannel && d.attention_ranks == 1 &&
+                                   d.ffn_ranks == 1;
   o.policy.m2n_uses_sms = false;  // CPU workers: no SMs to take
   o.executor.timeout = std::chrono::milliseconds(d.timeout_ms);
   if (d.net_bandwidth > 0) o.bytes_per_second = d.net_bandwidth;
@@ -88,29 +96,41 @@ inline rt::DisaggregatedOptions disaggregated_options(const DisaggregatedArgs& d
 }
 
 /// Checks the options before any worker starts.
-inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec& spec) {
+inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec& spec, int micro_batch) {
   expect(d.schedule == "colocated" || d.schedule == "afpipe", "--schedule", d.schedule, "colocated or afpipe");
   expect(d.transport == "loopback" || d.transport == "mpi", "--transport", d.transport, "loopback or mpi");
 #ifndef DISAGMOE_TRAIN_WITH_MPI
   expect(d.transport != "mpi", "--transport", d.transport, "loopback (this build has no MPI)");
 #endif
   expect(d.pairs >= 0, "--pairs", d.pairs, "a positive integer (0: derived from the world)");
+  expect(d.attention_ranks >= 1, "--attention-ranks", d.attention_ranks, "a positive integer");
+  expect(d.ffn_ranks >= 1, "--ffn-ranks", d.ffn_ranks, "a positive integer");
+  expect(micro_batch % d.attention_ranks == 0, "--micro-batch", micro_batch,
+         "a multiple of --attention-ranks (" + std::to_string(d.attention_ranks) + "): each A-rank takes an equal share");
+  expect(d.exchange == "auto" || d.exchange == "direct" || d.exchange == "channel", "--exchange", d.exchange,
+         "auto, direct or channel");
   expect(d.pairs <= spec.layers, "--pairs", d.pairs,
          "at most --layers (" + std::to_string(spec.layers) + "): pair i holds layers i, i + p, ...");
   expect(d.group_size >= 0 && d.max_in_flight >= 0, "--group-size", d.group_size, "an integer >= 0 (0: default)");
   expect(d.net_bandwidth >= 0 && d.net_latency >= 0, "--net-bandwidth", d.net_bandwidth, "a rate >= 0 (0: unlimited)");
   expect(d.timeout_ms >= 1, "--timeout", d.timeout_ms, "a positive number of milliseconds");
   if (d.schedule == "colocated")
-    expect(d.transport == "loopback" && d.pairs == 0 && !d.check_reference && d.trace.empty() && d.net_bandwidth == 0,
-           "--schedule", d.schedule, "afpipe for --transport, --pairs, --check-reference, --trace or --net-bandwidth");
+    expect(d.transport == "loopback" && d.pairs == 0 && !d.check_reference && d.trace.empty() && d.net_bandwidth == 0 &&
+               d.attention_ranks == 1 && d.ffn_ranks == 1 && d.exchange == "auto",
+           "--schedule", d.schedule,
+           "afpipe for --transport, --pairs, --attention-ranks, --ffn-ranks, --exchange, --check-reference, --trace or "
+           "--net-bandwidth");
 }
 
-/// Largest |a - b| / max(|b|, 1e-30) over two equally long sequences.
+/// max |a_i - b_i| / max |b_i| over two equally long sequences (0 when equal): the
+/// largest difference relative to the reference's scale.
 inline double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  double d = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
-    d = std::max(d, std::abs(a[i] - b[i]) / std::max(std::abs(b[i]), 1e-30));
-  return d;
+  double d = 0, scale = 1e-30;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    d = std::max(d, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return d / scale;
 }
 
 inline std::vector<double> flat_parameters(Colocated& tr) {
@@ -131,7 +151,7 @@ void rank_loop(Transport& world, const RunInputs& in, const rt::DisaggregatedOpt
   tr.load_parameters(start);
   tr.set_steps(full.steps());
   const bool lead = world.rank() == 0;
-  out.workers = world.size();
+  out.ranks = world.size();
   const std::int64_t first = tr.steps();
   std::optional<cli::ProgressBar> bar;
   if (lead && !in.quiet) bar.emplace(in.steps);
@@ -188,16 +208,17 @@ inline RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInput
                                       mo::Rng& data_rng) {
   RunOutcome out;
   if (d.transport == "loopback") {
-    const auto opt = disaggregated_options(d, 2 * (d.pairs > 0 ? d.pairs : 2));
+    const auto opt = disaggregated_options(d, (d.pairs > 0 ? d.pairs : 2) * (d.attention_ranks + d.ffn_ranks));
     std::optional<host::NetworkConfig> net;
     if (d.net_bandwidth > 0 || d.net_latency > 0) {
       net.emplace();
       net->nic_bandwidth = d.net_bandwidth;
       net->latency = d.net_latency;
     }
-    host::LoopbackWorld world(2 * opt.pairs, net);
+    const int size = opt.pairs * (opt.attention_ranks + opt.ffn_ranks);
+    host::LoopbackWorld world(size, net);
     mo::Rng final_rng = data_rng;
-    std::vector<RunOutcome> outs(static_cast<std::size_t>(2 * opt.pairs));
+    std::vector<RunOutcome> outs(static_cast<std::size_t>(size));
     host::run_ranks(world, [&](host::LoopbackTransport& t) {
       rank_loop(t, in, opt, full, data_rng, t.rank() == 0 ? &final_rng : nullptr, outs[static_cast<std::size_t>(t.rank())],
                 d.trace);
@@ -207,8 +228,9 @@ inline RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInput
   }
 #ifdef DISAGMOE_TRAIN_WITH_MPI
   auto world = mpi::Transport::world();
-  expect(world.size() % 2 == 0 && world.size() >= 2, "MPI world size", world.size(),
-         "an even number of ranks (p attention + p FFN workers)");
+  const int group = d.attention_ranks + d.ffn_ranks;
+  expect(world.size() % group == 0, "MPI world size", world.size(),
+         "a multiple of --attention-ranks + --ffn-ranks (" + std::to_string(group) + "): p pairs of workers");
   const auto opt = disaggregated_options(d, world.size());
   rank_loop(world, in, opt, full, data_rng, &data_rng, out, d.trace);
 #endif

@@ -249,7 +249,7 @@ int run(const Args& a) {
   Eigen::setNbThreads(a.threads);  // effective in an OpenMP build (Eigen would take every core)
   const dm::ModelSpec spec = model_spec(a);
   const rt::TrainOptions topt = train_options(a);
-  dm::train_cli::check_disaggregated_args(a.d, spec);
+  dm::train_cli::check_disaggregated_args(a.d, spec, a.micro_batch);
   dm::expect(a.d.schedule == "colocated" || a.save_every == 0, "--save-every", a.save_every,
              "0 with --schedule afpipe (the model is saved at the end)");
   bool lead = true;  // the rank that prints and writes files
@@ -325,7 +325,10 @@ int run(const Args& a) {
     std::optional<Trainer> ref;
     mo::Rng ref_rng = data_rng;
     if (a.d.check_reference && train) {
-      ref.emplace(mo::ReferenceAttention<float>(spec, dopt), mo::ReferenceExperts<float>(spec, dopt), spec, topt,
+      // M A-ranks split every micro-batch: the reference takes their shares as micro-batches.
+      rt::TrainOptions ref_opt = topt;
+      ref_opt.micro_batches *= a.d.attention_ranks;
+      ref.emplace(mo::ReferenceAttention<float>(spec, dopt), mo::ReferenceExperts<float>(spec, dopt), spec, ref_opt,
                   rt::StageOptions{a.seed, a.recompute});
       if (!a.resume.empty()) rt::load_checkpoint(a.resume, *ref);
     }
@@ -344,7 +347,7 @@ int run(const Args& a) {
       for (std::size_t i = 1; i < v.size(); ++i) s += v[i];
       return s / static_cast<double>(v.size() - 1);
     };
-    json dis{{"schedule", "afpipe"}, {"transport", a.d.transport}, {"workers", out.workers},
+    json dis{{"schedule", "afpipe"}, {"transport", a.d.transport}, {"ranks", out.ranks},
              {"step_seconds", mean(out.step_seconds)}, {"exposed_comm_seconds", mean(out.exposed_comm_seconds)},
              {"predicted_step_seconds", out.predicted_step_seconds},
              {"predicted_exposed_comm_seconds", out.simulated_exposed_comm_seconds}};
@@ -363,7 +366,7 @@ int run(const Args& a) {
                   << (dl == 0 && dp == 0 ? " (bit-identical to the colocated trainer)" : "") << '\n';
     }
     if (!a.json_out && train)
-      std::cout << "afpipe on " << out.workers << " workers (" << a.d.transport
+      std::cout << "afpipe on " << out.ranks << " ranks (" << a.d.transport
                 << "): step " << std::setprecision(3) << dis["step_seconds"].get<double>() << " s measured, "
                 << dis["predicted_step_seconds"].get<double>() << " s predicted; exposed communication "
                 << dis["exposed_comm_seconds"].get<double>() << " s measured, "
@@ -496,6 +499,11 @@ int main(int argc, char** argv) {
   dis->add_option("--schedule", a.d.schedule, "colocated (one worker) or afpipe (p attention + p FFN workers)")
       ->capture_default_str();
   dis->add_option("--pairs", a.d.pairs, "AF-Pipe pairs p: layer l on pair l mod p (default 2; under MPI: ranks / 2)");
+  dis->add_option("--attention-ranks", a.d.attention_ranks, "ranks per attention worker (data parallel)")->capture_default_str();
+  dis->add_option("--ffn-ranks", a.d.ffn_ranks, "ranks per FFN worker (experts split over them)")->capture_default_str();
+  dis->add_option("--exchange", a.d.exchange,
+                  "auto, direct (one rank per worker; stage alignment) or channel (M2NChannel; no stage alignment)")
+      ->capture_default_str();
   dis->add_option("--transport", a.d.transport, "loopback (worker threads) or mpi (run under mpirun -np 2p)")
       ->capture_default_str();
   dis->add_option("--group-size", a.d.group_size, "micro-batches per ping-pong group (0: min(micro-batches, 4p))");

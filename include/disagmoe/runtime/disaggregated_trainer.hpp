@@ -258,16 +258,18 @@ class DisaggregatedTrainer {
   [[nodiscard]] const std::vector<MeasuredOp>& timeline() const { return timeline_; }
   /// The lowered schedule of the last step.
   [[nodiscard]] const schedule::LoweredSchedule& lowered() const { return lowered_; }
-  /// Every worker's timeline of the last step (collective), indexed [worker][op].
+  /// Every worker's timeline of the last step (collective; a worker of several ranks
+  /// reports its first rank's), indexed [worker][op].
   std::vector<std::vector<MeasuredOp>> gather_timelines() {
     const auto all = comm::all_gather(world_, std::as_bytes(std::span(timeline_)), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "timelines");
-    std::vector<std::vector<MeasuredOp>> out(all.size());
-    for (std::size_t w = 0; w < all.size(); ++w) {
-      expect(all[w].size() == timeline_.size() * sizeof(MeasuredOp), "timeline bytes of worker " + std::to_string(w),
-             all[w].size(), "one entry per op on every worker");
-      out[w].resize(timeline_.size());
-      std::memcpy(out[w].data(), all[w].data(), all[w].size());
+    std::vector<std::vector<MeasuredOp>> out(static_cast<std::size_t>(2 * p_));
+    for (int w = 0; w < 2 * p_; ++w) {
+      const auto& bytes = all[static_cast<std::size_t>(world_rank(w, 0))];
+      expect(bytes.size() == timeline_.size() * sizeof(MeasuredOp), "timeline bytes of worker " + std::to_string(w),
+             bytes.size(), "one entry per op on every worker");
+      out[static_cast<std::size_t>(w)].resize(timeline_.size());
+      std::memcpy(out[static_cast<std::size_t>(w)].data(), bytes.data(), bytes.size());
     }
     return out;
   }
