@@ -65,14 +65,22 @@ void check_identical(const Run& ref, const Run& got) {
 }  // namespace
 
 TEST_CASE("disaggregated AF-Pipe equals the colocated trainer bit for bit") {
+  // One rank per worker. Direct: one message per transfer, stage alignment on or off.
+  // Channel: M2NChannel's send-once rows, fan-out, combine and backward, which keep the
+  // colocated order of every sum with one F-rank (shared experts ride as extra slots).
+  using X = rt::Exchange;
   struct Case {
     int layers, top_k, dense, shared, pairs, micro_batches, group;
     bool fuse;
+    X exchange;
   };
   const Case cases[] = {
-      {3, 2, 0, 0, 1, 1, 0, true},  {3, 2, 0, 0, 1, 3, 0, false}, {4, 2, 0, 0, 2, 4, 0, true},
-      {4, 1, 1, 0, 2, 4, 2, false}, {5, 2, 1, 1, 3, 3, 1, true},  {4, 2, 0, 1, 2, 5, 2, true},
-      {3, 1, 0, 0, 3, 2, 0, false}, {4, 2, 2, 0, 2, 3, 0, true},
+      {3, 2, 0, 0, 1, 1, 0, true, X::kDirect},   {3, 2, 0, 0, 1, 3, 0, false, X::kDirect},
+      {4, 2, 0, 0, 2, 4, 0, true, X::kDirect},   {4, 1, 1, 0, 2, 4, 2, false, X::kDirect},
+      {5, 2, 1, 1, 3, 3, 1, true, X::kDirect},   {4, 2, 0, 1, 2, 5, 2, true, X::kDirect},
+      {3, 1, 0, 0, 3, 2, 0, false, X::kDirect},  {4, 2, 2, 0, 2, 3, 0, true, X::kDirect},
+      {3, 2, 0, 1, 1, 2, 0, false, X::kChannel}, {4, 2, 1, 0, 2, 3, 0, false, X::kChannel},
+      {3, 1, 0, 2, 3, 2, 2, false, X::kChannel},
   };
   for (const auto& c : cases) {
     CAPTURE(c.layers);
@@ -83,35 +91,15 @@ TEST_CASE("disaggregated AF-Pipe equals the colocated trainer bit for bit") {
     CAPTURE(c.micro_batches);
     CAPTURE(c.group);
     CAPTURE(c.fuse);
+    CAPTURE(static_cast<int>(c.exchange));
     const auto spec = spec_of(c.layers, c.top_k, c.dense, c.shared);
     const auto data = batches(3, 2 * c.micro_batches, spec.seq_len);
     rt::DisaggregatedOptions opt;
     opt.pairs = c.pairs;
     opt.policy.group_size = c.group;
     opt.policy.fuse_combine_dispatch = c.fuse;
+    opt.exchange = c.exchange;
     opt.executor.timeout = std::chrono::milliseconds(20000);
-    check_identical(colocated(spec, c.micro_batches, data), disaggregated(spec, c.micro_batches, data, opt, Experts(spec, {})));
-  }
-}
-
-TEST_CASE("M2NChannel exchange with one rank per worker equals the colocated trainer bit for bit") {
-  // One A-rank and one F-rank per pair: the channel's send-once rows, fan-out, combine and
-  // backward keep the colocated order of every sum (shared experts ride as extra slots).
-  struct Case {
-    int layers, top_k, dense, shared, pairs, micro_batches;
-  };
-  const Case cases[] = {{3, 2, 0, 1, 1, 2}, {4, 2, 1, 0, 2, 3}, {3, 1, 0, 2, 3, 2}};
-  for (const auto& c : cases) {
-    CAPTURE(c.layers);
-    CAPTURE(c.top_k);
-    CAPTURE(c.shared);
-    CAPTURE(c.pairs);
-    const auto spec = spec_of(c.layers, c.top_k, c.dense, c.shared);
-    const auto data = batches(3, 2 * c.micro_batches, spec.seq_len);
-    rt::DisaggregatedOptions opt;
-    opt.pairs = c.pairs;
-    opt.exchange = rt::Exchange::kChannel;
-    opt.policy.fuse_combine_dispatch = false;
     check_identical(colocated(spec, c.micro_batches, data), disaggregated(spec, c.micro_batches, data, opt, Experts(spec, {})));
   }
 }
