@@ -111,8 +111,10 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
          "auto, direct or channel");
   expect(d.pairs <= spec.layers, "--pairs", d.pairs,
          "at most --layers (" + std::to_string(spec.layers) + "): pair i holds layers i, i + p, ...");
-  expect(d.group_size >= 0 && d.max_in_flight >= 0, "--group-size", d.group_size, "an integer >= 0 (0: default)");
-  expect(d.net_bandwidth >= 0 && d.net_latency >= 0, "--net-bandwidth", d.net_bandwidth, "a rate >= 0 (0: unlimited)");
+  expect(d.group_size >= 0, "--group-size", d.group_size, "an integer >= 0 (0: default)");
+  expect(d.max_in_flight >= 0, "--max-in-flight", d.max_in_flight, "an integer >= 0 (0: default)");
+  expect(d.net_bandwidth >= 0, "--net-bandwidth", d.net_bandwidth, "a rate >= 0 (0: unlimited)");
+  expect(d.net_latency >= 0 && d.net_latency < 1e3, "--net-latency", d.net_latency, "seconds in [0, 1000)");
   expect(d.timeout_ms >= 1, "--timeout", d.timeout_ms, "a positive number of milliseconds");
   if (d.schedule == "colocated")
     expect(d.transport == "loopback" && d.pairs == 0 && !d.check_reference && d.trace.empty() && d.net_bandwidth == 0 &&

@@ -171,6 +171,30 @@ TEST_CASE("disaggregated runs reject layouts they cannot run, naming the field")
   CHECK_THROWS_WITH_AS(rt::validate(opt, spec, 4), doctest::Contains("timeout"), dm::ConfigError);
 }
 
+TEST_CASE("ranks launched with different options are one clear error, not mismatched messages") {
+  const auto spec = spec_of(2, 2, 0, 0);
+  const auto data = batches(1, 4, spec.seq_len);
+  dm::host::LoopbackWorld world(2);
+  std::vector<std::string> errors(2);
+  dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& t) {
+    rt::DisaggregatedOptions opt;
+    opt.policy.group_size = t.rank() == 0 ? 1 : 2;  // a different ping-pong group on rank 1
+    opt.executor.timeout = std::chrono::milliseconds(5000);
+    const mo::DecoderOptions o;
+    rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(Attention(spec, o), Experts(spec, o),
+                                                                                spec, train_options(4), opt, t);
+    try {
+      tr.step(data[0].view());
+    } catch (const dm::ConfigError& e) {
+      errors[static_cast<std::size_t>(t.rank())] = e.what();
+    }
+  });
+  for (const auto& e : errors) {
+    CAPTURE(e);
+    CHECK(e.find("layout and model fingerprint of rank") != std::string::npos);
+  }
+}
+
 namespace {
 
 // Reference experts whose `fail_at`-th forward call (over all copies) throws.

@@ -34,12 +34,16 @@ std::vector<std::vector<std::byte>> all_gather(T& t, std::span<const std::byte> 
   };
   std::vector<Posted> posted;
   auto wait_all = [&](const char* phase) {
-    for (std::size_t i = 0; i < posted.size(); ++i)
-      if (!t.wait(posted[i].req, deadline)) {
-        for (std::size_t k = i; k < posted.size(); ++k) t.cancel(posted[k].req);
-        fail<TimeoutError>(std::string(what) + " " + phase + " with rank " + std::to_string(posted[i].peer),
-                           "no answer", "every rank to take part before the deadline");
-      }
+    std::size_t i = 0;
+    try {
+      for (; i < posted.size(); ++i)
+        if (!t.wait(posted[i].req, deadline))
+          fail<TimeoutError>(std::string(what) + " " + phase + " with rank " + std::to_string(posted[i].peer),
+                             "no answer", "every rank to take part before the deadline");
+    } catch (...) {  // nothing may stay posted over buffers that are about to go
+      for (std::size_t k = i; k < posted.size(); ++k) t.cancel(posted[k].req);
+      throw;
+    }
     posted.clear();
   };
   t.group_begin();
@@ -54,7 +58,13 @@ std::vector<std::vector<std::byte>> all_gather(T& t, std::span<const std::byte> 
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     auto& buf = out[static_cast<std::size_t>(p)];
-    buf.resize(static_cast<std::size_t>(sizes[static_cast<std::size_t>(p)]));
+    const std::int64_t n = sizes[static_cast<std::size_t>(p)];
+    if (n < 0 || n > (std::int64_t{1} << 40)) {
+      t.group_end();
+      for (auto& q : posted) t.cancel(q.req);
+      fail<IoError>(std::string(what) + " size from rank " + std::to_string(p), n, "a byte count in [0, 2^40]");
+    }
+    buf.resize(static_cast<std::size_t>(n));
     if (!buf.empty()) posted.push_back({t.irecv(p, tag, std::span<std::byte>(buf)), p});
     if (!mine.empty()) posted.push_back({t.isend(p, tag, mine), p});
   }

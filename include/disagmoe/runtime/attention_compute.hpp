@@ -8,6 +8,10 @@
 /// Forward, backward-input and backward-weight are separate calls because schedules
 /// have separate ops for them (`schedule::OpKind::kAttentionBackwardInput` and
 /// `kAttentionBackwardWeight`, the B/W split of zero-bubble pipelines, Qi et al. 2024).
+/// A disaggregated run calls one compute object from its worker's forward and backward
+/// streams at once (runtime/worker_executor.hpp): the const member functions must be
+/// safe to call concurrently (no shared mutable scratch).
+///
 /// Shape taken from stdexec: a model opts in with
 /// `using attention_compute_concept = disagmoe::runtime::attention_compute_tag;` and
 /// must satisfy the structural `requires`-clause below.

@@ -23,7 +23,9 @@
 ///    (with stage alignment also dL/dy, which A_l needs for the residual branch);
 ///  - residual-stream hand-offs between attention workers where the schedule has them.
 /// The loss head runs on the worker holding the last layer, when the backward first needs
-/// its gradient; its weight gradient accumulates with that layer's backward (in order).
+/// its gradient (the schedule has no op for it: with an MoE last layer that is the comm
+/// stream, as it posts dL/dy; measured as part of that transfer); its weight gradient
+/// accumulates with that layer's backward (in micro-batch order).
 #pragma once
 
 #include <disagmoe/comm/all_gather.hpp>
@@ -80,8 +82,8 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
   expect(o.pairs >= 1, "DisaggregatedOptions.pairs", o.pairs, "a positive integer");
   expect(o.pairs <= spec.layers, "DisaggregatedOptions.pairs", o.pairs,
          "at most the model's layers (" + std::to_string(spec.layers) + "): pair i holds layers i, i + p, ...");
-  expect(o.attention_ranks >= 1 && o.ffn_ranks >= 1, "DisaggregatedOptions.attention_ranks", o.attention_ranks,
-         "positive rank counts per worker");
+  expect(o.attention_ranks >= 1, "DisaggregatedOptions.attention_ranks", o.attention_ranks, "a positive integer");
+  expect(o.ffn_ranks >= 1, "DisaggregatedOptions.ffn_ranks", o.ffn_ranks, "a positive integer");
   const int size = o.pairs * (o.attention_ranks + o.ffn_ranks);
   expect(world_size == size, "world size", world_size,
          "pairs * (attention_ranks + ffn_ranks) = " + std::to_string(size) +
@@ -99,10 +101,12 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
     expect(o.expert_rank[e] >= 0 && o.expert_rank[e] < o.ffn_ranks,
            "DisaggregatedOptions.expert_rank[" + std::to_string(e) + "]", o.expert_rank[e],
            "an F-rank in [0, ffn_ranks = " + std::to_string(o.ffn_ranks) + ")");
-  expect(o.policy.group_size >= 0 && o.policy.max_in_flight >= 0, "DisaggregatedOptions.policy.group_size",
-         o.policy.group_size, "an integer >= 0 (0: the policy's default)");
-  expect(o.flops_per_second > 0 && o.bytes_per_second > 0, "DisaggregatedOptions.flops_per_second",
-         o.flops_per_second, "positive rates");
+  expect(o.policy.group_size >= 0, "DisaggregatedOptions.policy.group_size", o.policy.group_size,
+         "an integer >= 0 (0: the policy's default)");
+  expect(o.policy.max_in_flight >= 0, "DisaggregatedOptions.policy.max_in_flight", o.policy.max_in_flight,
+         "an integer >= 0 (0: the policy's default)");
+  expect(o.flops_per_second > 0, "DisaggregatedOptions.flops_per_second", o.flops_per_second, "a positive rate");
+  expect(o.bytes_per_second > 0, "DisaggregatedOptions.bytes_per_second", o.bytes_per_second, "a positive rate");
   expect(o.latency_seconds >= 0 && o.latency_seconds < 1e3, "DisaggregatedOptions.latency_seconds", o.latency_seconds,
          "a latency in [0, 1000) s");
   expect(o.executor.timeout.count() > 0, "DisaggregatedOptions.executor.timeout (ms)", o.executor.timeout.count(),
@@ -224,11 +228,19 @@ class DisaggregatedTrainer {
     const int m = train_.micro_batches;
     expect(batch.sequences % m == 0, "batch.sequences", batch.sequences,
            "a multiple of the micro-batches (" + std::to_string(m) + ")");
+    const int per = batch.sequences / m;
+    expect(per % m_ranks_ == 0, "batch.sequences / micro_batches", per,
+           "a multiple of attention_ranks (" + std::to_string(m_ranks_) + "): each A-rank takes an equal share");
     for_each_parameter_set([](auto& ps) { ps.zero_grad(); });
     try {
       prepare(batch);
       ExecutorOptions exec = options_.executor;
       exec.step = step_ + 1;
+      if (!exec.epoch) {  // every rank's timeline from one moment: just after a barrier
+        (void)comm::all_gather(world_, {}, world_.max_tag(), comm::deadline_after(options_.executor.timeout),
+                               "step start");
+        exec.epoch = std::chrono::steady_clock::now();
+      }
       if (channel_) {
         ChannelHandler handler{*this};
         timeline_ = run_worker(schedule_, program(), handler, exec);
@@ -240,6 +252,9 @@ class DisaggregatedTrainer {
       return gather_stats();
     } catch (...) {
       failed_ = true;  // the peers' state is out of step with ours: no further steps
+      for (auto& r : pending_sends_) world_.cancel(r);  // before their buffers go
+      pending_sends_.clear();
+      wire_.clear();
       if (attention_) attention_->release_all();
       if (experts_) experts_->release_all();
       cells_.clear();
@@ -315,6 +330,7 @@ class DisaggregatedTrainer {
     const auto all = comm::all_gather(world_, std::span<const std::byte>(mine), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "parameters");
     if (into.empty()) return;
+    std::size_t filled = 0;
     for (const auto& bytes : all) {
       ParameterSet<T> part;  // views into matrices decoded from the message
       std::vector<std::unique_ptr<Matrix>> store;
@@ -336,8 +352,12 @@ class DisaggregatedTrainer {
         for (Matrix* m : {&value, &slot.m, &slot.v}) get(m->data(), static_cast<std::size_t>(m->size()) * sizeof(T));
       }
       const ParameterSet<T>* from[] = {&part};
-      copy_matching<T>(from, into);
+      filled += copy_matching<T>(from, into);
     }
+    std::size_t slots = 0;
+    for (const auto* ps : into) slots += ps->slots().size();
+    expect(filled == slots, "gathered parameters", filled,
+           "every parameter of the receiving model (" + std::to_string(slots) + "): a model of the same shape");
   }
   /// Trainable scalars of the whole model (all workers).
   [[nodiscard]] std::int64_t parameter_count() const { return total_parameters_; }
@@ -408,9 +428,8 @@ class DisaggregatedTrainer {
       schedule_ = options_.policy.build(afpipe_problem(mb_spec, options_, m, sizeof(T)));
       lowered_ = schedule::lower(schedule_);
       sequences_per_micro_batch_ = per;
+      check_same_program();
     }
-    expect(per % m_ranks_ == 0, "batch.sequences / micro_batches", per,
-           "a multiple of attention_ranks (" + std::to_string(m_ranks_) + "): each A-rank takes an equal share");
     tokens_ = static_cast<std::size_t>(per / m_ranks_) * static_cast<std::size_t>(spec_.seq_len);
     batch_ = batch;
     cells_.assign(static_cast<std::size_t>(m) * static_cast<std::size_t>(spec_.layers), Cell{});
@@ -421,6 +440,36 @@ class DisaggregatedTrainer {
 
   /// This A-rank's share of micro-batch mb: the colocated run's micro-batch mb * M + index
   /// of M * micro_batches (so the router losses see the same tokens).
+  /// Collective: every rank must run the same layout, model and comm order (a rank
+  /// launched with other options, or whose simulation rounded differently, would
+  /// otherwise exchange mismatched messages). ConfigError naming the first rank that differs.
+  void check_same_program() {
+    std::ostringstream os;
+    os << p_ << ' ' << m_ranks_ << ' ' << n_ranks_ << ' ' << options_.policy.fuse_combine_dispatch << ' '
+       << options_.policy.group_size << ' ' << options_.policy.max_in_flight << ' ' << train_.micro_batches << ' '
+       << sequences_per_micro_batch_ << ' ' << spec_.layers << ' ' << spec_.hidden << ' ' << spec_.experts << ' '
+       << spec_.shared_experts << ' ' << spec_.top_k << ' ' << spec_.seq_len << ' ' << spec_.vocab << ' ' << channel_;
+    for (int e = 0; e < spec_.experts; ++e) os << ' ' << expert_rank_of(e);
+    const std::string text = os.str();
+    const std::int64_t mine[2] = {comm::ChannelFingerprint::hash(text.data(), text.size()),
+                                  comm::ChannelFingerprint::hash(lowered_.position.data(),
+                                                                 lowered_.position.size() * sizeof(int))};
+    const auto all = comm::all_gather(world_, std::as_bytes(std::span(mine)), world_.max_tag(),
+                                      comm::deadline_after(options_.executor.timeout), "program fingerprints");
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      std::int64_t theirs[2] = {0, 0};
+      expect(all[r].size() == sizeof theirs, "program fingerprint bytes of rank " + std::to_string(r), all[r].size(),
+             std::to_string(sizeof theirs));
+      std::memcpy(theirs, all[r].data(), sizeof theirs);
+      expect(theirs[0] == mine[0], "layout and model fingerprint of rank " + std::to_string(r), theirs[0],
+             std::to_string(mine[0]) + " as on rank " + std::to_string(rank_) +
+                 " (every rank runs the same pairs, ranks, policy, micro-batches, batch and model)");
+      expect(theirs[1] == mine[1], "comm order fingerprint of rank " + std::to_string(r), theirs[1],
+             std::to_string(mine[1]) + " as on rank " + std::to_string(rank_) +
+                 " (the lowering's simulation must agree bit for bit: one build on every rank)");
+    }
+  }
+
   std::span<const int> slice(std::span<const int> all, int mb) const {
     return all.subspan((static_cast<std::size_t>(mb) * static_cast<std::size_t>(m_ranks_) + static_cast<std::size_t>(index_)) * tokens_,
                        tokens_);
@@ -530,6 +579,9 @@ class DisaggregatedTrainer {
     using K = schedule::OpKind;
     auto m = [&](Matrix& x, std::size_t bytes) -> std::pair<void*, std::size_t> {
       if (receiving) x.resize(static_cast<Eigen::Index>(tokens_), static_cast<Eigen::Index>(bytes / sizeof(T) / tokens_));
+      else if (static_cast<std::size_t>(x.size()) * sizeof(T) != bytes)  // a compute gave another shape
+        fail(schedule::describe_op(schedule_, id) + " payload bytes", static_cast<std::size_t>(x.size()) * sizeof(T),
+             std::to_string(bytes) + " (tokens x width of the transfer)");
       return {x.data(), bytes};
     };
     if (!o.backward) {
@@ -538,6 +590,8 @@ class DisaggregatedTrainer {
           return {m(receiving ? cell(j, l + 1).h : c.next, td)};
         case K::kDispatch: {
           if (receiving) c.topk.resize(static_cast<Eigen::Index>(tokens_), spec_.top_k);
+          else expect(static_cast<std::size_t>(c.topk.size()) == tk, schedule::describe_op(schedule_, id) + " top-k ids",
+                      c.topk.size(), "tokens x top_k (" + std::to_string(tk) + ")");
           std::vector<std::pair<void*, std::size_t>> s{m(c.tokens, td), {c.topk.data(), tk * sizeof(int)},
                                                       m(c.gates, tk * sizeof(T))};
           if (fused(l)) s.push_back(m(c.residual, td));
@@ -757,8 +811,9 @@ class DisaggregatedTrainer {
     auto req = world_.irecv(peer, tag, std::span<std::byte>(buf));
     if (!world_.wait(req, comm::deadline_after(options_.executor.timeout))) {
       world_.cancel(req);
-      fail<TimeoutError>("hand-off from world rank " + std::to_string(peer), "no data",
-                         "arrival within the deadline (is the peer dead, silent or failed?)");
+      fail<TimeoutError>("hand-off " + schedule::describe_op(schedule_, task.op) + " from world rank " +
+                             std::to_string(peer),
+                         "no data", "arrival within the deadline (is the peer dead, silent or failed?)");
     }
     unpack(task.op);
   }
@@ -769,7 +824,8 @@ class DisaggregatedTrainer {
     const auto deadline = comm::deadline_after(options_.executor.timeout);
     for (auto& r : pending_sends_)
       if (!world_.wait(r, deadline))
-        fail<TimeoutError>("hand-off send", "pending", "completion within the deadline (is the peer dead?)");
+        fail<TimeoutError>("hand-off send of step " + std::to_string(step_ + 1), "pending",
+                           "completion within the deadline (is the receiving rank dead?)");
     pending_sends_.clear();
     wire_.clear();
     for (auto& [key, ch] : channels_) ch->flush();

@@ -9,6 +9,9 @@
 /// `kExpertForward`, `kExpertBackwardInput` and `kExpertBackwardWeight` ops are. Gates
 /// are applied outside the compute, by the combine (see comm/m2n_channel.hpp): the
 /// backward receives dL/d(expert output) already multiplied by the gate.
+/// A disaggregated run calls one compute object from its worker's forward and backward
+/// streams at once (runtime/worker_executor.hpp): the const member functions must be
+/// safe to call concurrently (no shared mutable scratch).
 #pragma once
 
 #include <disagmoe/model/random.hpp>

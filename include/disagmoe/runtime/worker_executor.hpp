@@ -16,8 +16,8 @@
 ///
 /// Faults: an exception in any stream stops the worker's other streams and cancels its
 /// transfers; the error names the worker, the op and the step. A worker on which
-/// nothing completes for `timeout` (a dead or silent peer) stops with a TimeoutError
-/// naming the op it waits for, never a hang.
+/// nothing starts or completes for `timeout` (a dead or silent peer) stops with a
+/// TimeoutError naming the op it waits for, never a hang.
 #pragma once
 
 #include <disagmoe/comm/transport.hpp>
@@ -78,7 +78,8 @@ concept op_handler = requires(H& h, int op) {
 
 /// Knobs of a run.
 struct ExecutorOptions {
-  /// Longest a worker may go without completing anything before it reports a fault.
+  /// Longest a worker may go without starting or completing anything before it reports a
+  /// fault: longer than its longest op and than any wait on a peer's chain of ops.
   std::chrono::milliseconds timeout{30000};
   /// Step number used in error messages.
   std::int64_t step = 0;
@@ -202,6 +203,7 @@ std::vector<MeasuredOp> run_streams(const schedule::Schedule& schedule, const sc
       if (!done.wait(t.deps, stop)) return;
       try {
         auto& m = times[static_cast<std::size_t>(t.op)];
+        done.touch();  // starting an op is progress: a long op is not a silent peer
         const double cpu0 = detail::thread_cpu_seconds();
         m.start = since();
         compute(t.op);
@@ -215,7 +217,15 @@ std::vector<MeasuredOp> run_streams(const schedule::Schedule& schedule, const sc
     }
   };
   std::thread fwd(compute_stream, std::cref(program.streams[0]));
-  std::thread bwd(compute_stream, std::cref(program.streams[1]));
+  std::thread bwd;
+  try {
+    bwd = std::thread(compute_stream, std::cref(program.streams[1]));
+  } catch (...) {  // no second thread: stop the first before reporting
+    stop = true;
+    done.notify();
+    fwd.join();
+    throw;
+  }
 
   int current = -1;
   try {
@@ -259,7 +269,22 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
     };
     std::vector<InFlight> flight;
     auto at = [&](int op) -> MeasuredOp& { return cx.times[static_cast<std::size_t>(op)]; };
-    try {
+    // Whatever way the loop ends with transfers posted (an error here, or a compute
+    // stream's failure stopping it), they are withdrawn: no peer may later write into
+    // buffers the handler frees, and no later run may match them.
+    struct Withdraw {
+      T& transport;
+      std::vector<InFlight>& flight;
+      ~Withdraw() {
+        for (auto& f : flight) {
+          try {
+            transport.cancel(f.req);
+          } catch (...) {  // best effort while unwinding
+          }
+        }
+      }
+    } withdraw{transport, flight};
+    {
       std::size_t next = 0;
       while (!cx.stop.load() && (next < tasks.size() || !flight.empty())) {
         bool progressed = false;
@@ -299,8 +324,8 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
         }
         if (progressed) continue;
         if (Clock::now() - cx.done.last_progress() > options.timeout) {
-          // Name a receive in flight (its sender is silent) first, then a send (its
-          // receiver is), then the head task (its local dependencies never finished).
+          // Name a receive in flight (its sender is silent) first, else the head task
+          // (its local dependencies never finished), else a send (its receiver is silent).
           current = next < tasks.size() ? tasks[next].op : -1;
           for (const auto& f : flight)
             if (f.is_send && current < 0) current = f.op;
@@ -310,14 +335,6 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
         }
         cx.done.wait_for_change(std::chrono::microseconds(flight.empty() ? 200 : 20));
       }
-    } catch (...) {
-      for (auto& f : flight) {  // withdraw what is still posted (the peers time out, not read garbage)
-        try {
-          transport.cancel(f.req);
-        } catch (...) {
-        }
-      }
-      throw;
     }
   };
   return detail::run_streams(schedule, program, [&](int op) { handler.compute(op); }, options, comm_loop);

@@ -18,6 +18,10 @@
 /// in the global order. Everything before it is finished, so its dependencies are; if it
 /// is a transfer, the matching task on the peer has the same position (it is the same
 /// op), so it heads the peer's comm stream too, and the pair completes.
+/// The argument rests on the simulator starting every op after its dependencies end and
+/// in-order streams in their listed order, on (start time, topological index) being a
+/// total order, and on every rank lowering to the same bits (the same build; the
+/// disaggregated trainer checks a fingerprint of the order across ranks).
 /// (tests/schedule/test_lowering.cpp checks this with such a model on random schedules
 /// of every policy.)
 #pragma once
