@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench/runtime: AF-Pipe on real workers (loopback threads over the emulated network)
 // against the colocated trainer in the same run, and against the simulator's prediction
-// of the same step calibrated with the run's own op times.
+// of the same step calibrated with the run's own op times. Variants: stage alignment on
+// (direct messages), off (direct), and off through comm::M2NChannel (one rank per worker).
 //
 // The emulated network is set from the colocated step: its bandwidth makes the bytes one
 // AF-Pipe step moves between workers take `--comm-share` of the colocated step time if
@@ -89,9 +90,10 @@ struct AfResult {
 };
 
 AfResult afpipe(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& data, int pairs, bool fuse,
-                double bandwidth, double latency) {
+                rt::Exchange exchange, double bandwidth, double latency) {
   rt::DisaggregatedOptions opt;
   opt.pairs = pairs;
+  opt.exchange = exchange;
   opt.policy.fuse_combine_dispatch = fuse;
   opt.policy.m2n_uses_sms = false;
   opt.bytes_per_second = bandwidth;
@@ -191,13 +193,21 @@ int main(int argc, char** argv) {
     std::printf("colocated trainer (1 worker): %.4f s per step\n\n", col);
     std::printf("%-16s %7s %9s %10s %10s %7s %10s %10s %9s\n", "schedule", "workers", "net MB/s", "step s", "predicted",
                 "err %", "exposed s", "predicted", "vs coloc");
+    struct Variant {
+      const char* name;
+      bool fuse;
+      rt::Exchange exchange;
+    };
+    const Variant variants[] = {{"afpipe", true, rt::Exchange::kDirect},
+                                {"afpipe-unfused", false, rt::Exchange::kDirect},
+                                {"afpipe-channel", false, rt::Exchange::kChannel}};
     for (const int p : o.pairs)
-      for (const bool fuse : {true, false}) {
-        const double bw = step_bytes(spec, t, p, fuse) / (o.comm_share * col);
-        const AfResult r = afpipe(spec, t, data, p, fuse, bw, o.latency);
-        std::printf("%-16s %7d %9.1f %10.4f %10.4f %7.1f %10.4f %10.4f %8.2fx\n", fuse ? "afpipe" : "afpipe-unfused",
-                    2 * p, bw / 1e6, r.step, r.predicted_step, 100 * (r.predicted_step - r.step) / r.step, r.exposed,
-                    r.predicted_exposed, col / r.step);
+      for (const auto& v : variants) {
+        const double bw = step_bytes(spec, t, p, v.fuse) / (o.comm_share * col);
+        const AfResult r = afpipe(spec, t, data, p, v.fuse, v.exchange, bw, o.latency);
+        std::printf("%-16s %7d %9.1f %10.4f %10.4f %7.1f %10.4f %10.4f %8.2fx\n", v.name, 2 * p, bw / 1e6, r.step,
+                    r.predicted_step, 100 * (r.predicted_step - r.step) / r.step, r.exposed, r.predicted_exposed,
+                    col / r.step);
       }
     return 0;
   } catch (const std::exception& e) {
