@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <iomanip>
@@ -236,6 +237,13 @@ void check_outputs(const Args& a) {
   dm::expect(a.val_windows >= 1, "--val-windows", a.val_windows, "a positive integer");
   dm::expect(a.save_every >= 0, "--save-every", a.save_every, "an integer >= 0 (0: only at the end)");
   dm::expect(a.save_every == 0 || !a.save.empty(), "--save-every", a.save_every, "0 unless --save DIR is given");
+  if (!a.d.trace.empty()) {  // the trace is written after training: its path is checked before
+    std::error_code ec;
+    const auto parent = std::filesystem::path(a.d.trace).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    std::ofstream probe(a.d.trace, std::ios::app);
+    dm::expect<dm::IoError>(!ec && probe.good(), "--trace", a.d.trace, "a file path that can be created and written");
+  }
   if (!a.save.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(a.save, ec);
