@@ -1,20 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file disaggregated_trainer.hpp
 /// `DisaggregatedTrainer`: AF-Pipe training on real workers (DisagMoE, arXiv 2605.11005):
-/// p attention workers and p FFN workers, layer l's attention on A_{l mod p} and its
-/// experts on F_{l mod p}, driven by the very op lists that `schedule::AFPipe` emits for
-/// the simulator, lowered to per-worker programs (schedule/lowering.hpp) and run on
-/// three streams per worker (runtime/worker_executor.hpp) over any `comm::transport`
-/// whose ranks 0..p-1 are A_0..A_{p-1} and p..2p-1 are F_0..F_{p-1} (loopback threads,
-/// MPI processes). Every rank calls the same functions with the same batch (SPMD).
+/// p attention workers A_i of M ranks each and p FFN workers F_i of N ranks each, layer l's
+/// attention on A_{l mod p} and its experts on F_{l mod p}, driven by the very op lists
+/// that `schedule::AFPipe` emits for the simulator, lowered to per-worker programs
+/// (schedule/lowering.hpp) and run on three streams per rank (runtime/worker_executor.hpp)
+/// over any `comm::transport` (loopback threads, MPI processes) whose ranks are the A
+/// workers' (A_0's M first) then the F workers'. Every rank calls the same functions with
+/// the same batch (SPMD). Design notes: docs/afpipe-runtime.md.
 ///
-/// It trains exactly the model `ColocatedTrainer` trains, bit for bit: every
-/// micro-batch's arithmetic is the colocated one (the same stages, computes, token
-/// grouping and combine order), weight gradients accumulate in micro-batch order (each
-/// worker's backward stream runs them so), the global gradient norm is summed in
-/// parameter-name order on both, and the optimizer is elementwise.
+/// With one rank per worker it trains exactly the model `ColocatedTrainer` trains, bit for
+/// bit: every micro-batch's arithmetic is the colocated one (the same stages, computes,
+/// token grouping and combine order), weight gradients accumulate in micro-batch order
+/// (each worker's backward stream runs them so), the global gradient norm is summed in
+/// parameter-name order on both, and the optimizer is elementwise. With groups of ranks
+/// (M2NChannel exchange) it matches the colocated trainer run with M x the micro-batches
+/// to float rounding (sums regroup).
 ///
-/// What travels (one message per schedule transfer, T tokens of a micro-batch, d wide):
+/// Direct exchange (one rank per worker; one message per schedule transfer, T tokens of a
+/// micro-batch, d wide):
 ///  - M2N dispatch A_l -> F_l: normed tokens [T, d], top-k ids and gates [T, k];
 ///    with stage alignment also the residual [T, d], which F_l adds to the expert output
 ///    so that F_l -> A_{l+1} (fused combine + dispatch) carries the next layer's input;
@@ -22,6 +26,9 @@
 ///  - backward: dL/dy [T, d] towards F_l; dL/dx [T, d] and dL/dgate [T, k] back to A_l
 ///    (with stage alignment also dL/dy, which A_l needs for the residual branch);
 ///  - residual-stream hand-offs between attention workers where the schedule has them.
+/// Channel exchange: `comm::M2NChannel` per (MoE layer, micro-batch) between the M ranks
+/// of A_i (each a share of the micro-batch) and the N ranks of F_i (experts by
+/// `DisaggregatedOptions::expert_rank`); no stage alignment.
 /// The loss head runs on the worker holding the last layer, when the backward first needs
 /// its gradient (the schedule has no op for it: with an MoE last layer that is the comm
 /// stream, as it posts dL/dy; measured as part of that transfer); its weight gradient
