@@ -36,11 +36,12 @@
 #pragma once
 
 #include <disagmoe/comm/all_gather.hpp>
-#include <disagmoe/comm/m2n_channel.hpp>
 #include <disagmoe/comm/transport.hpp>
 #include <disagmoe/error.hpp>
-#include <disagmoe/plan/cost_model.hpp>
+#include <disagmoe/runtime/channel_exchange.hpp>
 #include <disagmoe/runtime/colocated_trainer.hpp>
+#include <disagmoe/runtime/disaggregated_options.hpp>
+#include <disagmoe/runtime/parameter_wire.hpp>
 #include <disagmoe/runtime/worker_executor.hpp>
 #include <disagmoe/schedule/afpipe.hpp>
 #include <disagmoe/schedule/lowering.hpp>
@@ -58,118 +59,6 @@
 
 namespace disagmoe::runtime {
 
-/// How tokens move between an attention worker and its FFN worker.
-enum class Exchange : std::uint8_t {
-  kAuto,     ///< direct with one rank per worker, else channel
-  kDirect,   ///< one message per schedule transfer, one rank per worker (stage alignment allowed)
-  kChannel,  ///< comm::M2NChannel between the M ranks of A_i and the N ranks of F_i
-};
-
-/// How the disaggregated run is laid out and scheduled.
-struct DisaggregatedOptions {
-  int pairs = 1;                  ///< p: attention workers = FFN workers = p
-  int attention_ranks = 1;        ///< M: ranks per attention worker (data parallel over a micro-batch)
-  int ffn_ranks = 1;              ///< N: ranks per FFN worker (its experts split over them)
-  /// F-rank in [0, N) of every routed expert (the same for every layer); empty: contiguous
-  /// blocks. Shared expert s lives on F-rank s mod N.
-  std::vector<int> expert_rank;
-  Exchange exchange = Exchange::kAuto;
-  schedule::AFPipe policy{};      ///< ping-pong group, in-flight window, stage alignment
-  ExecutorOptions executor{};     ///< fault deadline
-  /// Rates the schedule's op costs assume (they fix the agreed comm order and the
-  /// simulated prediction, never the arithmetic).
-  double flops_per_second = 5e10;
-  double bytes_per_second = 1e10;
-  double latency_seconds = 0;  ///< per message between workers
-};
-
-/// Throws ConfigError naming the first field that cannot run `spec` on a world of
-/// `world_size` ranks.
-inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int world_size) {
-  expect(o.pairs >= 1, "DisaggregatedOptions.pairs", o.pairs, "a positive integer");
-  expect(o.pairs <= spec.layers, "DisaggregatedOptions.pairs", o.pairs,
-         "at most the model's layers (" + std::to_string(spec.layers) + "): pair i holds layers i, i + p, ...");
-  expect(o.attention_ranks >= 1, "DisaggregatedOptions.attention_ranks", o.attention_ranks, "a positive integer");
-  expect(o.ffn_ranks >= 1, "DisaggregatedOptions.ffn_ranks", o.ffn_ranks, "a positive integer");
-  const int size = o.pairs * (o.attention_ranks + o.ffn_ranks);
-  expect(world_size == size, "world size", world_size,
-         "pairs * (attention_ranks + ffn_ranks) = " + std::to_string(size) +
-             " (ranks: the attention workers' first, then the FFN workers')");
-  const bool one = o.attention_ranks == 1 && o.ffn_ranks == 1;
-  expect(o.exchange != Exchange::kDirect || one, "DisaggregatedOptions.exchange", "direct",
-         "channel for workers of several ranks");
-  if (!one || o.exchange == Exchange::kChannel)
-    expect(!o.policy.fuse_combine_dispatch, "DisaggregatedOptions.policy.fuse_combine_dispatch", true,
-           "false with the M2NChannel exchange (stage alignment runs on one rank per worker, exchange direct)");
-  expect(o.expert_rank.empty() || static_cast<int>(o.expert_rank.size()) == spec.experts,
-         "DisaggregatedOptions.expert_rank.size()", o.expert_rank.size(),
-         "0 (contiguous) or one F-rank per routed expert (" + std::to_string(spec.experts) + ")");
-  for (std::size_t e = 0; e < o.expert_rank.size(); ++e)
-    expect(o.expert_rank[e] >= 0 && o.expert_rank[e] < o.ffn_ranks,
-           "DisaggregatedOptions.expert_rank[" + std::to_string(e) + "]", o.expert_rank[e],
-           "an F-rank in [0, ffn_ranks = " + std::to_string(o.ffn_ranks) + ")");
-  expect(o.policy.group_size >= 0, "DisaggregatedOptions.policy.group_size", o.policy.group_size,
-         "an integer >= 0 (0: the policy's default)");
-  expect(o.policy.max_in_flight >= 0, "DisaggregatedOptions.policy.max_in_flight", o.policy.max_in_flight,
-         "an integer >= 0 (0: the policy's default)");
-  expect(o.flops_per_second > 0, "DisaggregatedOptions.flops_per_second", o.flops_per_second, "a positive rate");
-  expect(o.bytes_per_second > 0, "DisaggregatedOptions.bytes_per_second", o.bytes_per_second, "a positive rate");
-  expect(o.latency_seconds >= 0 && o.latency_seconds < 1e3, "DisaggregatedOptions.latency_seconds", o.latency_seconds,
-         "a latency in [0, 1000) s");
-  expect(o.executor.timeout.count() > 0, "DisaggregatedOptions.executor.timeout (ms)", o.executor.timeout.count(),
-         "a positive deadline");
-}
-
-/// The AF-Pipe problem of `spec` (micro-batches of `spec.micro_batch` sequences) on
-/// `o.pairs` pairs of one-GPU workers: layer costs from plan::layer_cost at o's rates, the
-/// bytes of the messages listed in the file comment.
-inline schedule::Problem afpipe_problem(const ModelSpec& spec, const DisaggregatedOptions& o, int micro_batches,
-                                        std::size_t element_bytes = 4) {
-  const int pairs = o.pairs;
-  const double flops_per_second = o.flops_per_second, bytes_per_second = o.bytes_per_second;
-  schedule::Problem pb;
-  pb.network.nic_latency = pb.network.nvlink_latency = o.latency_seconds;
-  for (int side = 0; side < 2; ++side)
-    for (int i = 0; i < pairs; ++i) {
-      schedule::Worker w;
-      w.name = (side == 0 ? "A" : "F") + std::to_string(i);
-      w.role = side == 0 ? schedule::Role::kAttention : schedule::Role::kFfn;
-      w.gpus = side == 0 ? o.attention_ranks : o.ffn_ranks;
-      w.first_node = side * pairs + i;
-      w.nic_bandwidth = w.nvlink_bandwidth = bytes_per_second;
-      w.peak_flops = flops_per_second;
-      pb.workers.push_back(w);
-    }
-  pb.micro_batches = micro_batches;
-  // Per GPU: an A-rank holds T / M tokens of a micro-batch; an F-rank 1/N of the expert
-  // work; a token goes to at most min(k + shared, N) F-ranks (send-once).
-  const double t = double(spec.tokens_per_micro_batch()), d = spec.hidden, e = double(element_bytes);
-  const double ta = t / o.attention_ranks, n = o.ffn_ranks;
-  const double dest = std::min<double>(spec.top_k + spec.shared_experts, n);
-  pb.tokens_per_micro_batch = t * pairs;
-  for (int l = 0; l < spec.layers; ++l) {
-    const auto c = plan::layer_cost(spec, l);
-    const auto a = c.attention_side() + c.dense_ffn, f = c.experts + c.shared_experts;
-    schedule::LayerCost lc;
-    lc.moe = c.moe;
-    const double am = o.attention_ranks * flops_per_second, fn = n * flops_per_second;
-    lc.attn_fwd = a.forward / am;
-    lc.attn_bwd = a.backward_input / am;
-    lc.attn_wgrad = a.backward_weight / am;
-    lc.expert_fwd = f.forward / fn;
-    lc.expert_bwd = f.backward_input / fn;
-    lc.expert_wgrad = f.backward_weight / fn;
-    lc.dispatch_bytes = ta * dest * (d * e + (spec.top_k + spec.shared_experts) * 8.0);
-    lc.combine_bytes = t * dest * d * e / n;
-    lc.hidden_bytes = ta * d * e;
-    // Stage alignment: the residual rides with the dispatch (and dL/dy with the return).
-    if (c.moe && l + 1 < spec.layers && o.policy.fuse_combine_dispatch) lc.dispatch_bytes += ta * d * e;
-    pb.flops_per_micro_batch += c.total().total();
-    pb.layers.push_back(lc);
-  }
-  return pb;
-}
-
 /// See the file comment. One object per rank; `world` must outlive it.
 template <attention_compute Attention, expert_compute Experts, comm::transport Transport>
 class DisaggregatedTrainer {
@@ -182,7 +71,7 @@ class DisaggregatedTrainer {
   /// Collective over `world`: builds this rank's stage and agrees on the parameter list.
   DisaggregatedTrainer(Attention attention, Experts experts, const ModelSpec& spec, TrainOptions train,
                        DisaggregatedOptions options, Transport& world, StageOptions stage = {})
-      : spec_(spec), train_(train), options_(options), world_(world) {
+      : spec_(spec), train_(train), options_(options), world_(world), ranks_(options) {
     validate(spec_);
     validate(train_);
     validate(options_, spec_, world_.size());
@@ -191,10 +80,9 @@ class DisaggregatedTrainer {
     n_ranks_ = options_.ffn_ranks;
     channel_ = options_.exchange == Exchange::kChannel || m_ranks_ > 1 || n_ranks_ > 1;
     rank_ = world_.rank();
-    worker_ = rank_ < p_ * m_ranks_ ? rank_ / m_ranks_ : p_ + (rank_ - p_ * m_ranks_) / n_ranks_;
-    index_ = rank_ < p_ * m_ranks_ ? rank_ % m_ranks_ : (rank_ - p_ * m_ranks_) % n_ranks_;
+    worker_ = ranks_.worker_of(rank_);
+    index_ = ranks_.index_of(rank_);
     const int pair = worker_ % p_;
-    if (channel_) make_groups();
     if (is_attention()) {
       AttentionStageLayout layout;
       for (int l = pair; l < spec_.layers; l += p_) layout.layers.push_back(l);
@@ -213,7 +101,12 @@ class DisaggregatedTrainer {
         }
       experts_.emplace(std::move(experts), spec_, std::move(layout), stage);
     }
-    if (channel_) make_channels();
+    if (channel_) {
+      std::vector<std::int32_t> placement;
+      for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e) placement.push_back(expert_rank_of(e));
+      exchange_.emplace(world_, ranks_, worker_, spec_, train_.micro_batches, std::move(placement),
+                        options_.executor.timeout);
+    }
     agree_on_parameters();
   }
 
@@ -321,47 +214,12 @@ class DisaggregatedTrainer {
   /// (empty on ranks that do not need them). Every rank receives the whole model.
   void gather_parameters(std::span<ParameterSet<T>* const> into) {
     std::vector<std::byte> mine;
-    auto put = [&](const void* p, std::size_t n) {
-      const auto* b = static_cast<const std::byte*>(p);
-      mine.insert(mine.end(), b, b + n);
-    };
-    if (reports_parameters()) for_each_parameter_set([&](auto& ps) {
-      for (const auto& s : ps.slots()) {
-        const std::uint64_t len = s.name.size(), rows = static_cast<std::uint64_t>(s.value->rows()),
-                            cols = static_cast<std::uint64_t>(s.value->cols());
-        for (const std::uint64_t x : {len, rows, cols}) put(&x, sizeof x);
-        put(s.name.data(), len);
-        for (const Matrix* m : {static_cast<const Matrix*>(s.value), &s.m, &s.v}) put(m->data(), static_cast<std::size_t>(m->size()) * sizeof(T));
-      }
-    });
+    if (reports_parameters()) for_each_parameter_set([&](auto& ps) { append_parameter_bytes(ps, mine); });
     const auto all = comm::all_gather(world_, std::span<const std::byte>(mine), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "parameters");
     if (into.empty()) return;
-    std::size_t filled = 0;
-    for (const auto& bytes : all) {
-      ParameterSet<T> part;  // views into matrices decoded from the message
-      std::vector<std::unique_ptr<Matrix>> store;
-      std::size_t at = 0;
-      auto get = [&](void* p, std::size_t n) {
-        expect(at + n <= bytes.size(), "gathered parameter bytes", bytes.size(), "a complete message");
-        std::memcpy(p, bytes.data() + at, n);
-        at += n;
-      };
-      while (at < bytes.size()) {
-        std::uint64_t len = 0, rows = 0, cols = 0;
-        for (std::uint64_t* x : {&len, &rows, &cols}) get(x, sizeof *x);
-        std::string name(len, '\0');
-        get(name.data(), len);
-        auto& value = *store.emplace_back(std::make_unique<Matrix>(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols)));
-        auto& grad = *store.emplace_back(std::make_unique<Matrix>());
-        part.add(name, {}, value, grad);
-        auto& slot = part.slots().back();
-        for (Matrix* m : {&value, &slot.m, &slot.v}) get(m->data(), static_cast<std::size_t>(m->size()) * sizeof(T));
-      }
-      const ParameterSet<T>* from[] = {&part};
-      filled += copy_matching<T>(from, into);
-    }
-    std::size_t slots = 0;
+    std::size_t filled = 0, slots = 0;
+    for (const auto& bytes : all) filled += copy_parameter_bytes<T>(bytes, into);
     for (const auto* ps : into) slots += ps->slots().size();
     expect(filled == slots, "gathered parameters", filled,
            "every parameter of the receiving model (" + std::to_string(slots) + "): a model of the same shape");
@@ -407,7 +265,7 @@ class DisaggregatedTrainer {
     return static_cast<int>(static_cast<std::int64_t>(e) * n_ranks_ / spec_.experts);
   }
   /// World rank of rank `i` of schedule worker `w`.
-  int world_rank(int w, int i) const { return w < p_ ? w * m_ranks_ + i : p_ * m_ranks_ + (w - p_) * n_ranks_ + i; }
+  int world_rank(int w, int i) const { return ranks_.world_rank(w, i); }
   int attention_worker(int l) const { return l % p_; }
   int ffn_worker(int l) const { return p_ + l % p_; }
   bool moe(int l) const { return spec_.is_moe_layer(l); }
@@ -550,7 +408,7 @@ class DisaggregatedTrainer {
   }
 
   void expert_forward(int j, int l, Cell& c) {
-    if (channel_) return channel_expert_forward(j, l);
+    if (channel_) return exchange_->expert_forward(*experts_, l, j);
     c.dispatch.emplace(c.topk, spec_.experts, spec_.shared_experts);
     Matrix rows;
     group_rows(*c.dispatch, c.tokens, rows);
@@ -564,7 +422,7 @@ class DisaggregatedTrainer {
   }
 
   void expert_backward(int j, int l, Cell& c) {
-    if (channel_) return channel_expert_backward(j, l);
+    if (channel_) return exchange_->expert_backward(*experts_, l, j);
     Matrix d_out, d_rows;
     combine_backward(*c.dispatch, c.expert_out, c.gates, c.dy, d_out, c.d_gates);
     experts_->backward_input(l, j, d_out, d_rows);
@@ -683,74 +541,6 @@ class DisaggregatedTrainer {
 
   // ---- the M2NChannel exchange (groups of ranks) ------------------------------------
 
-  /// Collective over the world: the pair groups (A_i then F_i ranks) and the attention
-  /// workers' data-parallel groups; this rank keeps its own.
-  void make_groups() {
-    for (int i = 0; i < p_; ++i) {
-      std::vector<int> members;
-      for (int r = 0; r < m_ranks_; ++r) members.push_back(world_rank(i, r));
-      auto a = world_.split(members);
-      for (int r = 0; r < n_ranks_; ++r) members.push_back(world_rank(p_ + i, r));
-      auto pair = world_.split(members);
-      if (a) attention_group_.emplace(std::move(*a));
-      if (pair) pair_group_.emplace(std::move(*pair));
-    }
-  }
-
-  /// Collective over this rank's pair group: one channel per (MoE layer, micro-batch),
-  /// created once (a fingerprint handshake each) and reused every step. Shared experts
-  /// ride as extra routing slots of gate 1 (ids E, E+1, ...), so the channel's combine
-  /// adds them after the routed slots, as the colocated combine does.
-  void make_channels() {
-    comm::ChannelConfig base;
-    base.attention_ranks = m_ranks_;
-    base.ffn_ranks = n_ranks_;
-    base.hidden = spec_.hidden;
-    base.top_k = spec_.top_k + spec_.shared_experts;
-    base.timeout = options_.executor.timeout;
-    for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e) base.expert_rank.push_back(expert_rank_of(e));
-    int count = 0;
-    for (int l = worker_ % p_; l < spec_.layers; l += p_) {
-      if (!moe(l)) continue;
-      for (int j = 0; j < train_.micro_batches; ++j) {
-        comm::ChannelConfig c = base;
-        c.name = "layer " + std::to_string(l) + " micro-batch " + std::to_string(j);
-        c.tag_base = comm::kTagsPerChannel * count++;
-        expect(c.tag_base + comm::kTagsPerChannel <= comm::kHandshakeTag, "channels per pair", count,
-               "at most " + std::to_string(comm::kHandshakeTag / comm::kTagsPerChannel) +
-                   " (MoE layers per pair x micro-batches; MPI tags end at 32767)");
-        channels_[{l, j}] = std::make_unique<comm::M2NChannel<Transport, T>>(*pair_group_, std::move(c));
-      }
-    }
-  }
-  comm::M2NChannel<Transport, T>& channel(int l, int j) { return *channels_.at({l, j}); }
-
-  /// Grouped rows of this F-rank's experts for (l, j), as the channel fanned them out.
-  void channel_expert_forward(int j, int l) {
-    auto& ch = channel(l, j);
-    const std::size_t le = ch.local_experts(), h = static_cast<std::size_t>(spec_.hidden);
-    std::vector<std::int64_t> offsets{0};
-    for (std::size_t k = 0; k < le; ++k) offsets.push_back(offsets.back() + static_cast<std::int64_t>(ch.expert_rows(k)));
-    const auto rows_n = static_cast<Eigen::Index>(offsets.back());
-    Matrix rows(rows_n, spec_.hidden), out;
-    if (rows_n > 0) std::memcpy(rows.data(), ch.expert_input(0).data(), static_cast<std::size_t>(rows.size()) * sizeof(T));
-    experts_->forward(l, j, offsets, rows, out);
-    if (rows_n > 0) std::memcpy(ch.expert_output(0).data(), out.data(), static_cast<std::size_t>(rows_n) * h * sizeof(T));
-  }
-
-  void channel_expert_backward(int j, int l) {
-    auto& ch = channel(l, j);
-    const std::size_t le = ch.local_experts();
-    std::size_t rows_n = 0;
-    for (std::size_t k = 0; k < le; ++k) rows_n += ch.expert_rows(k);
-    Matrix d_out(static_cast<Eigen::Index>(rows_n), spec_.hidden), d_rows;
-    if (rows_n > 0)
-      std::memcpy(d_out.data(), ch.expert_grad_output(0).data(), static_cast<std::size_t>(d_out.size()) * sizeof(T));
-    experts_->backward_input(l, j, d_out, d_rows);
-    if (rows_n > 0)
-      std::memcpy(ch.expert_grad_input(0).data(), d_rows.data(), static_cast<std::size_t>(d_rows.size()) * sizeof(T));
-  }
-
   /// A comm task of the channel mode, on the comm stream, in the agreed order.
   void communicate(const schedule::Task& task) {
     using K = schedule::OpKind;
@@ -761,7 +551,7 @@ class DisaggregatedTrainer {
     if (o.kind == K::kSend) return hand_off(task);
     expect(o.kind == K::kDispatch || o.kind == K::kReturn, "DisaggregatedTrainer transfer",
            schedule::describe_op(schedule_, task.op), "an M2N dispatch or N2M return (no stage alignment)");
-    auto& ch = channel(l, j);
+    auto& ch = exchange_->channel(l, j);
     Cell& c = cell(j, l);
     const bool send = task.kind == schedule::TaskKind::kSend;
     const std::size_t h = static_cast<std::size_t>(spec_.hidden), k = static_cast<std::size_t>(spec_.top_k);
@@ -826,7 +616,7 @@ class DisaggregatedTrainer {
   }
 
   /// After the program: hand-off sends complete, channels flushed, and the attention
-  /// workers' replicas sum their gradients (in rank order, the same bits on every rank).
+  /// workers' replicas sum their gradients.
   void finish_channel_step() {
     const auto deadline = comm::deadline_after(options_.executor.timeout);
     for (auto& r : pending_sends_)
@@ -835,25 +625,8 @@ class DisaggregatedTrainer {
                            "completion within the deadline (is the receiving rank dead?)");
     pending_sends_.clear();
     wire_.clear();
-    for (auto& [key, ch] : channels_) ch->flush();
-    if (!attention_ || m_ranks_ == 1) return;
-    std::vector<T> mine;
-    for (const auto& sl : attention_->parameters().slots())
-      mine.insert(mine.end(), sl.grad->data(), sl.grad->data() + sl.grad->size());
-    const auto all = comm::all_gather(*attention_group_, std::as_bytes(std::span(mine)), attention_group_->max_tag(),
-                                      deadline, "attention gradients");
-    std::vector<T> sum(mine.size()), part(mine.size());
-    for (std::size_t r = 0; r < all.size(); ++r) {
-      expect(all[r].size() == mine.size() * sizeof(T), "attention gradient bytes of rank " + std::to_string(r),
-             all[r].size(), "the same on every replica");
-      std::memcpy(part.data(), all[r].data(), all[r].size());
-      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = r == 0 ? part[i] : sum[i] + part[i];
-    }
-    std::size_t at = 0;
-    for (auto& sl : attention_->parameters().slots()) {
-      std::memcpy(sl.grad->data(), sum.data() + at, static_cast<std::size_t>(sl.grad->size()) * sizeof(T));
-      at += static_cast<std::size_t>(sl.grad->size());
-    }
+    exchange_->flush();
+    if (attention_) exchange_->sum_replica_gradients(attention_->parameters());
   }
 
   /// True on the rank that reports this rank's parameters (one replica per A worker).
@@ -949,8 +722,8 @@ class DisaggregatedTrainer {
   int m_ranks_ = 1, n_ranks_ = 1;  // ranks per attention / FFN worker
   int worker_ = 0, index_ = 0;     // this rank's worker and its index there
   bool channel_ = false;           // M2NChannel exchange (else direct messages)
-  std::optional<Transport> pair_group_, attention_group_;
-  std::map<std::pair<int, int>, std::unique_ptr<comm::M2NChannel<Transport, T>>> channels_;  // (layer, mb)
+  RankLayout ranks_;
+  std::optional<ChannelExchange<Transport, T>> exchange_;
   std::vector<typename Transport::Request> pending_sends_;  // channel mode: hand-offs between A workers
   std::optional<AttentionStage<Attention>> attention_;
   std::optional<ExpertStage<Experts>> experts_;

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file channel_exchange.hpp
+/// `ChannelExchange`: what one rank of a disaggregated run holds for the M2NChannel
+/// exchange between groups of ranks (runtime/disaggregated_trainer.hpp): its pair group
+/// (A_i's M ranks, then F_i's N ranks) with one `comm::M2NChannel` per (MoE layer,
+/// micro-batch) created once and reused every step, its attention worker's data-parallel
+/// group, and the two places where a stage meets a channel: an F-rank's experts on the
+/// rows the channel fanned out, and the A replicas' gradient sum.
+#pragma once
+
+#include <disagmoe/comm/all_gather.hpp>
+#include <disagmoe/comm/m2n_channel.hpp>
+#include <disagmoe/comm/transport.hpp>
+#include <disagmoe/error.hpp>
+#include <disagmoe/runtime/disaggregated_options.hpp>
+#include <disagmoe/runtime/parameter_set.hpp>
+#include <disagmoe/spec/model_spec.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace disagmoe::runtime {
+
+/// See the file comment. `T` is the element type of the rows (the stages' scalar).
+template <comm::transport Transport, class T>
+class ChannelExchange {
+ public:
+  using Matrix = model::Matrix<T>;
+
+  /// Collective over `world` (every rank calls it with the same arguments but its own
+  /// `worker`): splits the groups, then creates this pair's channels. Shared experts
+  /// ride as extra routing slots of gate 1 (ids E, E+1, ...), so a channel's combine adds
+  /// them after the routed slots, as the colocated combine does. `expert_rank`: F-rank of
+  /// every expert, routed then shared.
+  ChannelExchange(Transport& world, const RankLayout& ranks, int worker, const ModelSpec& spec, int micro_batches,
+                  std::vector<std::int32_t> expert_rank, std::chrono::milliseconds timeout)
+      : spec_(spec), timeout_(timeout) {
+    for (int i = 0; i < ranks.pairs; ++i) {
+      std::vector<int> members;
+      for (int r = 0; r < ranks.attention_ranks; ++r) members.push_back(ranks.world_rank(i, r));
+      auto a = world.split(members);
+      for (int r = 0; r < ranks.ffn_ranks; ++r) members.push_back(ranks.world_rank(ranks.pairs + i, r));
+      auto pair = world.split(members);
+      if (a) attention_group_.emplace(std::move(*a));
+      if (pair) pair_group_.emplace(std::move(*pair));
+    }
+    comm::ChannelConfig base;
+    base.attention_ranks = ranks.attention_ranks;
+    base.ffn_ranks = ranks.ffn_ranks;
+    base.hidden = spec.hidden;
+    base.top_k = spec.top_k + spec.shared_experts;
+    base.timeout = timeout;
+    base.expert_rank = std::move(expert_rank);
+    int count = 0;
+    for (int l = worker % ranks.pairs; l < spec.layers; l += ranks.pairs) {
+      if (!spec.is_moe_layer(l)) continue;
+      for (int j = 0; j < micro_batches; ++j) {
+        comm::ChannelConfig c = base;
+        c.name = "layer " + std::to_string(l) + " micro-batch " + std::to_string(j);
+        c.tag_base = comm::kTagsPerChannel * count++;
+        expect(c.tag_base + comm::kTagsPerChannel <= comm::kHandshakeTag, "channels per pair", count,
+               "at most " + std::to_string(comm::kHandshakeTag / comm::kTagsPerChannel) +
+                   " (MoE layers per pair x micro-batches; MPI tags end at 32767)");
+        channels_[{l, j}] = std::make_unique<comm::M2NChannel<Transport, T>>(*pair_group_, std::move(c));
+      }
+    }
+  }
+
+  /// The channel of MoE layer `l`, micro-batch `j` (this rank's pair holds `l`).
+  comm::M2NChannel<Transport, T>& channel(int l, int j) { return *channels_.at({l, j}); }
+
+  /// F-rank: the forward of `stage`'s experts of layer l on the rows channel (l, j) fanned
+  /// out to them (grouped by local expert), written back as the channel's expert outputs.
+  template <class Stage>
+  void expert_forward(Stage& stage, int l, int j) {
+    auto& ch = channel(l, j);
+    std::vector<std::int64_t> offsets{0};
+    for (std::size_t k = 0; k < ch.local_experts(); ++k)
+      offsets.push_back(offsets.back() + static_cast<std::int64_t>(ch.expert_rows(k)));
+    const Matrix rows = grouped(offsets.back(), [&] { return ch.expert_input(0).data(); });
+    Matrix out;
+    stage.forward(l, j, offsets, rows, out);
+    if (rows.size() > 0) std::memcpy(ch.expert_output(0).data(), out.data(), bytes_of(out));
+  }
+
+  /// F-rank: the input-gradient backward of the same experts on the channel's gate-scaled
+  /// output gradients, written back as the channel's expert input gradients.
+  template <class Stage>
+  void expert_backward(Stage& stage, int l, int j) {
+    auto& ch = channel(l, j);
+    std::int64_t rows_n = 0;
+    for (std::size_t k = 0; k < ch.local_experts(); ++k) rows_n += static_cast<std::int64_t>(ch.expert_rows(k));
+    const Matrix d_out = grouped(rows_n, [&] { return ch.expert_grad_output(0).data(); });
+    Matrix d_rows;
+    stage.backward_input(l, j, d_out, d_rows);
+    if (d_out.size() > 0) std::memcpy(ch.expert_grad_input(0).data(), d_rows.data(), bytes_of(d_rows));
+  }
+
+  /// Waits for every channel's posted sends (the end of a step).
+  void flush() {
+    for (auto& [key, ch] : channels_) ch->flush();
+  }
+
+  /// A-rank of a worker of several ranks: every replica's gradients summed in rank order
+  /// (the same bits on every replica). Collective over the attention group; no-op elsewhere.
+  void sum_replica_gradients(ParameterSet<T>& params) {
+    if (!attention_group_ || attention_group_->size() == 1) return;
+    std::vector<T> mine;
+    for (const auto& sl : params.slots()) mine.insert(mine.end(), sl.grad->data(), sl.grad->data() + sl.grad->size());
+    const auto all = comm::all_gather(*attention_group_, std::as_bytes(std::span(mine)), attention_group_->max_tag(),
+                                      comm::deadline_after(timeout_), "attention gradients");
+    std::vector<T> sum(mine.size()), part(mine.size());
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      expect(all[r].size() == mine.size() * sizeof(T), "attention gradient bytes of rank " + std::to_string(r),
+             all[r].size(), "the same on every replica");
+      std::memcpy(part.data(), all[r].data(), all[r].size());
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = r == 0 ? part[i] : sum[i] + part[i];
+    }
+    std::size_t at = 0;
+    for (auto& sl : params.slots()) {
+      std::memcpy(sl.grad->data(), sum.data() + at, static_cast<std::size_t>(sl.grad->size()) * sizeof(T));
+      at += static_cast<std::size_t>(sl.grad->size());
+    }
+  }
+
+ private:
+  // rows x hidden copied from a channel's contiguous per-expert blocks (none: empty).
+  template <class Source>
+  Matrix grouped(std::int64_t rows, Source&& source) const {
+    Matrix m(static_cast<Eigen::Index>(rows), spec_.hidden);
+    if (rows > 0) std::memcpy(m.data(), source(), bytes_of(m));
+    return m;
+  }
+  static std::size_t bytes_of(const Matrix& m) { return static_cast<std::size_t>(m.size()) * sizeof(T); }
+
+  ModelSpec spec_;
+  std::chrono::milliseconds timeout_;
+  std::optional<Transport> pair_group_, attention_group_;
+  std::map<std::pair<int, int>, std::unique_ptr<comm::M2NChannel<Transport, T>>> channels_;  // (layer, mb)
+};
+
+}  // namespace disagmoe::runtime
