@@ -122,6 +122,20 @@ inline OracleResult vertex_lp(const Problem& p, const std::vector<int>& free_var
 }
 
 // MILP by enumerating all integer points in the (finite) integer bounds.
+/// Advances the integer variables `ints` of `x` to the next point of their box, odometer
+/// style (first variable fastest); false after the last point (x is back at the lower
+/// corner).
+inline bool next_integer_point(const Problem& p, const std::vector<int>& ints, std::vector<double>& x) {
+  for (const int j : ints) {
+    if (x[j] + 1 <= p.ub(j)) {
+      x[j] += 1;
+      return true;
+    }
+    x[j] = std::ceil(p.lb(j));
+  }
+  return false;
+}
+
 inline OracleResult brute_force_milp(const Problem& p) {
   std::vector<int> ints, conts;
   for (int j = 0; j < p.num_vars(); ++j) (p.is_integer(j) ? ints : conts).push_back(j);
@@ -136,16 +150,7 @@ inline OracleResult brute_force_milp(const Problem& p) {
       const OracleResult r = vertex_lp(p, conts, x);
       if (r.feasible && (!best.feasible || sign * r.objective < sign * best.objective)) best = r;
     }
-    std::size_t k = 0;
-    for (; k < ints.size(); ++k) {
-      const int j = ints[k];
-      if (x[j] + 1 <= p.ub(j)) {
-        x[j] += 1;
-        break;
-      }
-      x[j] = std::ceil(p.lb(j));
-    }
-    if (k == ints.size()) break;
+    if (!next_integer_point(p, ints, x)) break;
   }
   return best;
 }

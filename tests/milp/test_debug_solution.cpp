@@ -141,16 +141,7 @@ std::vector<std::vector<double>> slice_vertices(const Problem& p) {
       ++pick[k];
       for (int t = k + 1; t < nc; ++t) pick[t] = pick[t - 1] + 1;
     }
-    std::size_t k = 0;
-    for (; k < ints.size(); ++k) {
-      const int j = ints[k];
-      if (x[j] + 1 <= p.ub(j)) {
-        x[j] += 1;
-        break;
-      }
-      x[j] = std::ceil(p.lb(j));
-    }
-    if (k == ints.size()) break;
+    if (!test::next_integer_point(p, ints, x)) break;
   }
   return out;
 }
