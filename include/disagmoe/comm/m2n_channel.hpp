@@ -61,7 +61,15 @@ class M2NChannel {
   /// Collective over `pair`: validates `config` (ConfigError), then exchanges
   /// fingerprints with every other rank and throws ConfigError naming the first field
   /// on which some rank differs, or TimeoutError if a rank does not answer.
-  M2NChannel(T& pair, ChannelConfig config) : pair_(pair), config_(std::move(config)) {
+  M2NChannel(T& pair, ChannelConfig config) : M2NChannel(pair, std::move(config), DeferHandshake{}) {
+    complete_handshake();
+  }
+  /// Marks the two-step creation: the constructor posts the handshake and
+  /// `complete_handshake()` waits for it, so that one thread can create several
+  /// endpoints of one pair group (comm/dual_role.hpp) before any of them waits.
+  struct DeferHandshake {};
+  /// Validates `config` and posts the handshake; call complete_handshake() before use.
+  M2NChannel(T& pair, ChannelConfig config, DeferHandshake) : pair_(pair), config_(std::move(config)) {
     validate(config_, pair_.size());
     m_ = config_.attention_ranks;
     n_ = config_.ffn_ranks;
@@ -73,7 +81,7 @@ class M2NChannel {
                                      : Role::kNextAttention;
     pending_.reserve(static_cast<std::size_t>(5 * (2 * m_ + n_) + 8));
     if (role_ == Role::kFfn) arrival_.set_placement(config_.expert_rank, pair_.rank() - m_);
-    handshake();
+    post_handshake();
   }
   M2NChannel(const M2NChannel&) = delete;
   M2NChannel& operator=(const M2NChannel&) = delete;
@@ -242,6 +250,18 @@ class M2NChannel {
   /// channel whose last call was send_return, send_grad or a hand-off backward_dispatch
   /// (the destructor cancels instead, so a peer still waiting would time out).
   void flush() { wait_pending(); }
+
+  /// Second step of a deferred creation: waits for every peer's fingerprint and throws
+  /// ConfigError naming the first field on which some rank differs, or TimeoutError.
+  void complete_handshake() {
+    expect(state_ == State::kHandshake, channel_field("complete_handshake"), "called twice",
+           "one call after a deferred creation");
+    wait_pending();
+    const int size = pair_.size(), me = pair_.rank();
+    for (int p = 0; p < size; ++p)
+      if (p != me) mine_.check_same(theirs_[static_cast<std::size_t>(p)], config_.name, me, p);
+    state_ = State::kIdle;
+  }
 
   // ---- F-rank side -------------------------------------------------------------
 
@@ -432,7 +452,7 @@ class M2NChannel {
   /// Where F-rank-side traffic for A-rank a's tokens returns (and dL/dy comes from).
   int return_peer(int a) const { return hand_off_ ? m_ + n_ + a : a; }
 
-  enum class State { kIdle, kDispatched, kCombined, kBackwardDispatched, kReceived, kReturned,
+  enum class State { kHandshake, kIdle, kDispatched, kCombined, kBackwardDispatched, kReceived, kReturned,
                      kGradReceived, kGradSent, kFailed };
   // F -> next-layer A reuses kHeader / kMeta (return header / tokens): matching is
   // per (source, tag) and a next-layer A-rank receives nothing else from F-ranks.
@@ -469,6 +489,8 @@ class M2NChannel {
   void enter(Role role, const char* call, std::initializer_list<State> allowed) {
     if (state_ == State::kFailed)
       fail(channel_field(call), "failed", "a channel that has not timed out (create a new one)");
+    if (state_ == State::kHandshake)
+      fail(channel_field(call), "handshake pending", "complete_handshake() after a deferred creation");
     if (role != role_)
       fail(channel_field(call), role_name(role_), std::string("a rank of role ") + role_name(role));
     if (std::find(allowed.begin(), allowed.end(), state_) == allowed.end())
@@ -543,11 +565,12 @@ class M2NChannel {
     return channel_field("receive") + " " + what + " from " + peer_name(pair_rank);
   }
 
-  void handshake() {
+  void post_handshake() {
     const int size = pair_.size(), me = pair_.rank();
     mine_ = ChannelFingerprint::of(config_, sizeof(Elem));
     theirs_.resize(static_cast<std::size_t>(size));
     step_ = -1;
+    state_ = State::kHandshake;
     pair_.group_begin();
     for (int p = 0; p < size; ++p) {
       if (p == me) continue;
@@ -557,10 +580,6 @@ class M2NChannel {
                           "creation handshake", true});
     }
     pair_.group_end();
-    wait_pending();
-    for (int p = 0; p < size; ++p)
-      if (p != me) mine_.check_same(theirs_[static_cast<std::size_t>(p)], config_.name, me, p);
-    state_ = State::kIdle;
   }
 
   T& pair_;
