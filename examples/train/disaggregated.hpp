@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// disagmoe-train --schedule afpipe: the training loop on p attention and p FFN workers
-// (DisaggregatedTrainer over loopback threads with an emulated network, or over MPI
-// ranks), the measured step time and exposed communication, the simulator's prediction
-// calibrated with the measured op times, a Chrome trace of both, and --check-reference
-// (the colocated trainer on the same data, compared to the bit).
+// disagmoe-train --schedule afpipe|1f1b|a2a-overlap: the training loop on p attention and
+// p FFN workers (AF-Pipe), or on p pipeline stages that each run attention and experts
+// with an all-to-all inside (the colocated expert-parallel baselines), through
+// DisaggregatedTrainer over loopback threads with an emulated network or over MPI ranks;
+// the measured step time and exposed communication, the simulator's prediction calibrated
+// with the measured op times, a Chrome trace of both, and --check-reference (the
+// colocated trainer on the same data, compared to the bit).
 #pragma once
 
 #include <disagmoe/backend/host/loopback_transport.hpp>
@@ -42,8 +44,9 @@ using Colocated = rt::ColocatedTrainer<Attention, Experts>;
 struct DisaggregatedArgs {
   std::string schedule = "colocated";
   std::string transport = "loopback";
-  int pairs = 0;  // 0: 2 on loopback, world size / (M + N) under MPI
-  int attention_ranks = 1, ffn_ranks = 1;  // M, N: ranks per attention / FFN worker
+  int pairs = 0;  // 0: 2 on loopback, world size / (M + N) under MPI (baselines: / M)
+  int attention_ranks = 1, ffn_ranks = 1;  // M, N: ranks per attention / FFN worker (baselines: G = M)
+  int virtual_stages = 2;                  // a2a-overlap: model chunks per stage
   std::string exchange = "auto";
   int group_size = 0, max_in_flight = 0;
   bool no_fuse = false, check_reference = false;
@@ -76,18 +79,29 @@ struct RunOutcome {
   int ranks = 0;
 };
 
+/// True for the colocated expert-parallel baselines run on workers.
+inline bool is_baseline(const DisaggregatedArgs& d) { return d.schedule == "1f1b" || d.schedule == "a2a-overlap"; }
+/// World ranks per pair (AF-Pipe: M + N) or per stage (baselines: G).
+inline int ranks_per_unit(const DisaggregatedArgs& d) {
+  return is_baseline(d) ? d.attention_ranks : d.attention_ranks + d.ffn_ranks;
+}
+
 inline rt::DisaggregatedOptions disaggregated_options(const DisaggregatedArgs& d, int world_size) {
   rt::DisaggregatedOptions o;
+  o.schedule = d.schedule == "1f1b"          ? rt::ScheduleKind::kOneFOneB
+               : d.schedule == "a2a-overlap" ? rt::ScheduleKind::kA2AOverlap
+                                             : rt::ScheduleKind::kAfPipe;
+  o.a2a_overlap.virtual_stages = d.virtual_stages;
   o.attention_ranks = d.attention_ranks;
-  o.ffn_ranks = d.ffn_ranks;
-  o.pairs = d.pairs > 0 ? d.pairs : world_size / (d.attention_ranks + d.ffn_ranks);
+  o.ffn_ranks = is_baseline(d) ? d.attention_ranks : d.ffn_ranks;
+  o.pairs = d.pairs > 0 ? d.pairs : world_size / ranks_per_unit(d);
   o.exchange = d.exchange == "direct" ? rt::Exchange::kDirect
                : d.exchange == "channel" ? rt::Exchange::kChannel : rt::Exchange::kAuto;
   o.policy.group_size = d.group_size;
   o.policy.max_in_flight = d.max_in_flight;
   // Stage alignment needs the direct exchange (one rank per worker); groups run unfused.
-  o.policy.fuse_combine_dispatch = !d.no_fuse && o.exchange != rt::Exchange::kChannel && d.attention_ranks == 1 &&
-                                   d.ffn_ranks == 1;
+  o.policy.fuse_combine_dispatch = !is_baseline(d) && !d.no_fuse && o.exchange != rt::Exchange::kChannel &&
+                                   d.attention_ranks == 1 && d.ffn_ranks == 1;
   o.policy.m2n_uses_sms = false;  // CPU workers: no SMs to take
   o.executor.timeout = std::chrono::milliseconds(d.timeout_ms);
   if (d.net_bandwidth > 0) o.bytes_per_second = d.net_bandwidth;
@@ -95,9 +109,12 @@ inline rt::DisaggregatedOptions disaggregated_options(const DisaggregatedArgs& d
   return o;
 }
 
-/// Checks the options before any worker starts.
-inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec& spec, int micro_batch) {
-  expect(d.schedule == "colocated" || d.schedule == "afpipe", "--schedule", d.schedule, "colocated or afpipe");
+/// Checks the options before any worker starts (on loopback also what the schedule
+/// cannot run; under MPI every rank checks that when it builds its trainer).
+inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec& spec, int micro_batch,
+                                     int micro_batches) {
+  expect(d.schedule == "colocated" || d.schedule == "afpipe" || is_baseline(d), "--schedule", d.schedule,
+         "colocated, afpipe, 1f1b or a2a-overlap");
   expect(d.transport == "loopback" || d.transport == "mpi", "--transport", d.transport, "loopback or mpi");
 #ifndef DISAGMOE_TRAIN_WITH_MPI
   expect(d.transport != "mpi", "--transport", d.transport, "loopback (this build has no MPI)");
@@ -110,7 +127,16 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
   expect(d.exchange == "auto" || d.exchange == "direct" || d.exchange == "channel", "--exchange", d.exchange,
          "auto, direct or channel");
   expect(d.pairs <= spec.layers, "--pairs", d.pairs,
-         "at most --layers (" + std::to_string(spec.layers) + "): pair i holds layers i, i + p, ...");
+         "at most --layers (" + std::to_string(spec.layers) + "): pair (or stage) i holds layers of its own");
+  expect(d.virtual_stages >= 1, "--virtual-stages", d.virtual_stages, "a positive integer");
+  if (is_baseline(d)) {
+    expect(d.ffn_ranks == 1 || d.ffn_ranks == d.attention_ranks, "--ffn-ranks", d.ffn_ranks,
+           "unset with --schedule " + d.schedule + ": a stage's --attention-ranks ranks run attention and experts");
+    expect(d.exchange != "direct", "--exchange", d.exchange,
+           "auto or channel with --schedule " + d.schedule + " (the all-to-all runs through M2NChannel)");
+    expect(d.group_size == 0 && d.max_in_flight == 0 && !d.no_fuse, "--schedule", d.schedule,
+           "afpipe for --group-size, --max-in-flight or --no-fuse");
+  }
   expect(d.group_size >= 0, "--group-size", d.group_size, "an integer >= 0 (0: default)");
   expect(d.max_in_flight >= 0, "--max-in-flight", d.max_in_flight, "an integer >= 0 (0: default)");
   expect(d.net_bandwidth >= 0, "--net-bandwidth", d.net_bandwidth, "a rate >= 0 (0: unlimited)");
@@ -120,8 +146,13 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
     expect(d.transport == "loopback" && d.pairs == 0 && !d.check_reference && d.trace.empty() && d.net_bandwidth == 0 &&
                d.attention_ranks == 1 && d.ffn_ranks == 1 && d.exchange == "auto",
            "--schedule", d.schedule,
-           "afpipe for --transport, --pairs, --attention-ranks, --ffn-ranks, --exchange, --check-reference, --trace or "
-           "--net-bandwidth");
+           "afpipe, 1f1b or a2a-overlap for --transport, --pairs, --attention-ranks, --ffn-ranks, --exchange, "
+           "--check-reference, --trace or --net-bandwidth");
+  if (d.schedule != "colocated" && d.transport == "loopback") {
+    const auto opt = disaggregated_options(d, (d.pairs > 0 ? d.pairs : 2) * ranks_per_unit(d));
+    rt::validate(opt, spec, rt::world_size(opt));
+    (void)rt::build_schedule(spec, opt, micro_batches);
+  }
 }
 
 /// max |a_i - b_i| / max |b_i| over two equally long sequences (0 when equal): the
@@ -204,20 +235,20 @@ void rank_loop(Transport& world, const RunInputs& in, const rt::DisaggregatedOpt
   }
 }
 
-/// Trains `full` (which holds the start state) under AF-Pipe on the chosen workers;
+/// Trains `full` (which holds the start state) under the chosen schedule on its workers;
 /// returns what rank 0 measured. `data_rng` is advanced as the colocated loop does.
 inline RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInputs& in, Colocated& full,
                                       mo::Rng& data_rng) {
   RunOutcome out;
   if (d.transport == "loopback") {
-    const auto opt = disaggregated_options(d, (d.pairs > 0 ? d.pairs : 2) * (d.attention_ranks + d.ffn_ranks));
+    const auto opt = disaggregated_options(d, (d.pairs > 0 ? d.pairs : 2) * ranks_per_unit(d));
     std::optional<host::NetworkConfig> net;
     if (d.net_bandwidth > 0 || d.net_latency > 0) {
       net.emplace();
       net->nic_bandwidth = d.net_bandwidth;
       net->latency = d.net_latency;
     }
-    const int size = opt.pairs * (opt.attention_ranks + opt.ffn_ranks);
+    const int size = rt::world_size(opt);
     host::LoopbackWorld world(size, net);
     mo::Rng final_rng = data_rng;
     std::vector<RunOutcome> outs(static_cast<std::size_t>(size));
@@ -230,9 +261,11 @@ inline RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInput
   }
 #ifdef DISAGMOE_TRAIN_WITH_MPI
   auto world = mpi::Transport::world();
-  const int group = d.attention_ranks + d.ffn_ranks;
+  const int group = ranks_per_unit(d);
   expect(world.size() % group == 0, "MPI world size", world.size(),
-         "a multiple of --attention-ranks + --ffn-ranks (" + std::to_string(group) + "): p pairs of workers");
+         is_baseline(d) ? "a multiple of --attention-ranks (" + std::to_string(group) + "): p stages of ranks"
+                        : "a multiple of --attention-ranks + --ffn-ranks (" + std::to_string(group) +
+                              "): p pairs of workers");
   const auto opt = disaggregated_options(d, world.size());
   rank_loop(world, in, opt, full, data_rng, &data_rng, out, d.trace);
 #endif

@@ -32,7 +32,7 @@ template <class Experts_ = Experts>
 Run disaggregated(const dm::ModelSpec& spec, int m, const std::vector<Batch>& data, rt::DisaggregatedOptions opt,
                   const Experts_& experts) {
   const mo::DecoderOptions o;
-  const int size = opt.pairs * (opt.attention_ranks + opt.ffn_ranks);
+  const int size = rt::world_size(opt);
   dm::host::LoopbackWorld world(size);
   Run r;
   std::mutex mu;
@@ -146,6 +146,57 @@ TEST_CASE("M2NChannel exchange: data-parallel A-ranks and expert-parallel F-rank
   }
 }
 
+TEST_CASE("colocated expert-parallel baselines (1F1B, A2A overlap) on the same runtime match the colocated trainer") {
+  // Every stage's G ranks run attention data-parallel and the experts expert-parallel; the
+  // all-to-all is both ends of one M2NChannel per rank. One rank per stage keeps every
+  // colocated sum in order: bit for bit. G > 1 regroups sums as the channel exchange
+  // does: the same float-rounding tolerance.
+  using S = rt::ScheduleKind;
+  struct Case {
+    S schedule;
+    int layers, top_k, dense, shared, stages, ranks, chunks, micro_batches;
+    std::vector<int> placement;
+  };
+  const Case cases[] = {
+      {S::kOneFOneB, 3, 2, 0, 0, 1, 1, 1, 2, {}},   {S::kOneFOneB, 4, 2, 1, 1, 2, 1, 1, 3, {}},
+      {S::kOneFOneB, 5, 1, 0, 2, 3, 1, 1, 4, {}},   {S::kA2AOverlap, 4, 2, 0, 0, 1, 1, 2, 3, {}},
+      {S::kA2AOverlap, 4, 2, 1, 1, 2, 1, 2, 4, {}}, {S::kA2AOverlap, 6, 1, 0, 0, 3, 1, 2, 3, {}},
+      {S::kOneFOneB, 3, 2, 0, 0, 1, 2, 1, 2, {}},   {S::kOneFOneB, 4, 2, 1, 1, 2, 2, 1, 2, {1, 0, 0, 1}},
+      {S::kA2AOverlap, 4, 3, 0, 0, 2, 2, 2, 2, {}}, {S::kOneFOneB, 3, 1, 0, 1, 1, 3, 1, 2, {2, 0, 1, 2}},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(rt::to_string(c.schedule));
+    CAPTURE(c.layers);
+    CAPTURE(c.stages);
+    CAPTURE(c.ranks);
+    CAPTURE(c.micro_batches);
+    const auto spec = spec_of(c.layers, c.top_k, c.dense, c.shared);
+    const auto data = batches(3, 2 * c.micro_batches * c.ranks, spec.seq_len);
+    rt::DisaggregatedOptions opt;
+    opt.schedule = c.schedule;
+    opt.pairs = c.stages;
+    opt.attention_ranks = opt.ffn_ranks = c.ranks;
+    opt.a2a_overlap.virtual_stages = c.chunks;
+    opt.expert_rank = c.placement;
+    opt.executor.timeout = std::chrono::milliseconds(20000);
+    const Run ref = colocated(spec, c.micro_batches * c.ranks, data);
+    const Run got = disaggregated(spec, c.micro_batches, data, opt, Experts(spec, {}));
+    if (c.ranks == 1) {
+      check_identical(ref, got);
+      continue;
+    }
+    REQUIRE(got.stats.size() == ref.stats.size());
+    for (std::size_t i = 0; i < ref.stats.size(); ++i) {
+      CHECK(got.stats[i].loss == doctest::Approx(ref.stats[i].loss).epsilon(1e-6));
+      CHECK(got.stats[i].grad_norm == doctest::Approx(ref.stats[i].grad_norm).epsilon(1e-5));
+    }
+    REQUIRE(got.params.size() == ref.params.size());
+    const double worst = max_tensor_rel_diff(ref.params, got.params);
+    MESSAGE("largest relative parameter difference " << worst);
+    CHECK(worst < 1e-4);
+  }
+}
+
 TEST_CASE("disaggregated runs reject layouts they cannot run, naming the field") {
   const auto spec = spec_of(3, 2, 0, 0);
   rt::DisaggregatedOptions opt;
@@ -169,6 +220,28 @@ TEST_CASE("disaggregated runs reject layouts they cannot run, naming the field")
   opt.expert_rank.clear();
   opt.executor.timeout = std::chrono::milliseconds(0);
   CHECK_THROWS_WITH_AS(rt::validate(opt, spec, 4), doctest::Contains("timeout"), dm::ConfigError);
+  opt.executor.timeout = std::chrono::milliseconds(1000);
+  // Colocated baselines: p stages of G ranks that run both attention and experts.
+  opt.schedule = rt::ScheduleKind::kOneFOneB;
+  opt.attention_ranks = 2;
+  CHECK_THROWS_WITH_AS(rt::validate(opt, spec, 4), doctest::Contains("ffn_ranks = 1: expected attention_ranks (2)"),
+                       dm::ConfigError);
+  opt.ffn_ranks = 2;
+  CHECK(rt::world_size(opt) == 4);
+  CHECK_THROWS_WITH_AS(rt::validate(opt, spec, 8),
+                       doctest::Contains("world size = 8: expected pairs * attention_ranks = 4 (1f1b"), dm::ConfigError);
+  opt.exchange = rt::Exchange::kDirect;
+  CHECK_THROWS_WITH_AS(rt::validate(opt, spec, 4), doctest::Contains("exchange = \"direct\": expected auto or channel"), dm::ConfigError);
+  opt.exchange = rt::Exchange::kAuto;
+  CHECK_NOTHROW(rt::validate(opt, spec, 4));
+  opt.schedule = rt::ScheduleKind::kA2AOverlap;  // 2 stages x 2 chunks > 3 layers
+  CHECK_THROWS_WITH_AS(rt::validate(opt, spec, 4), doctest::Contains("pipeline stages x model chunks = 4"),
+                       dm::ConfigError);
+  opt.a2a_overlap.virtual_stages = 1;
+  CHECK_NOTHROW(rt::validate(opt, spec, 4));
+  opt.a2a_overlap.virtual_stages = 2;
+  const auto deep = spec_of(4, 2, 0, 0);  // interleaving needs micro-batches % stages == 0
+  CHECK_THROWS_WITH_AS(rt::build_schedule(deep, opt, 3), doctest::Contains("micro_batches = 3"), dm::ConfigError);
 }
 
 TEST_CASE("ranks launched with different options are one clear error, not mismatched messages") {
@@ -213,50 +286,63 @@ static_assert(rt::expert_compute<FailingExperts>);
 }  // namespace
 
 TEST_CASE("a throwing worker stops every worker within the deadline, the error naming worker, op and step") {
+  // AF-Pipe on 2 pairs, and 1F1B-EP on 2 stages of 2 ranks (the all-to-all's other end
+  // waits for the failed rank's rows and times out).
   const auto spec = spec_of(4, 2, 0, 0);
   const auto data = batches(2, 4, spec.seq_len);
-  rt::DisaggregatedOptions opt;
-  opt.pairs = 2;
-  opt.executor.timeout = std::chrono::milliseconds(400);
-  FailingExperts experts(spec, {});
-  experts.fail_at = 10;  // two F workers x 2 layers x 2 micro-batches = 8 calls per step: fails in step 2
-  dm::host::LoopbackWorld world(4);
-  std::mutex mu;
-  std::vector<std::string> errors(4);
-  std::vector<bool> timeouts(4, false);
-  const auto t0 = std::chrono::steady_clock::now();
-  dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& t) {
-    const mo::DecoderOptions o;
-    rt::TrainOptions train = train_options(2);
-    rt::DisaggregatedTrainer<Attention, FailingExperts, dm::host::LoopbackTransport> tr(Attention(spec, o), experts,
-                                                                                       spec, train, opt, t);
-    try {
-      for (const auto& b : data) tr.step(b.view());
-    } catch (const dm::Error& e) {
-      const std::lock_guard lock(mu);
-      errors[static_cast<std::size_t>(t.rank())] = e.what();
-      timeouts[static_cast<std::size_t>(t.rank())] = dynamic_cast<const dm::TimeoutError*>(&e) != nullptr;
+  struct Case {
+    rt::ScheduleKind schedule;
+    int ranks, fail_at;  // expert calls per step: AF-Pipe 2 F x 2 layers x 2 mb; 1F1B-EP 4 ranks x 2 x 2
+    const char* worker;
+  };
+  for (const Case c : {Case{rt::ScheduleKind::kAfPipe, 1, 10, "worker F"}, Case{rt::ScheduleKind::kOneFOneB, 2, 21, "worker S"}}) {
+    CAPTURE(rt::to_string(c.schedule));
+    rt::DisaggregatedOptions opt;
+    opt.schedule = c.schedule;
+    opt.pairs = 2;
+    opt.attention_ranks = opt.ffn_ranks = c.ranks;
+    opt.executor.timeout = std::chrono::milliseconds(400);
+    FailingExperts experts(spec, {});
+    experts.fail_at = c.fail_at;  // in step 2
+    dm::host::LoopbackWorld world(4);
+    std::mutex mu;
+    std::vector<std::string> errors(4);
+    std::vector<bool> timeouts(4, false);
+    const auto t0 = std::chrono::steady_clock::now();
+    dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& t) {
+      const mo::DecoderOptions o;
+      rt::TrainOptions train = train_options(2);
+      rt::DisaggregatedTrainer<Attention, FailingExperts, dm::host::LoopbackTransport> tr(Attention(spec, o), experts,
+                                                                                         spec, train, opt, t);
+      try {
+        for (const auto& b : data) tr.step(b.view());
+      } catch (const dm::Error& e) {
+        const std::lock_guard lock(mu);
+        errors[static_cast<std::size_t>(t.rank())] = e.what();
+        timeouts[static_cast<std::size_t>(t.rank())] = dynamic_cast<const dm::TimeoutError*>(&e) != nullptr;
+      }
+      CHECK_THROWS_WITH_AS(tr.step(data[0].view()), doctest::Contains("failed"), dm::ConfigError);
+    });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(seconds < 5.0);
+    int injected = 0;
+    for (int r = 0; r < 4; ++r) {
+      const std::string& e = errors[static_cast<std::size_t>(r)];
+      CAPTURE(r);
+      CAPTURE(e);
+      REQUIRE_FALSE(e.empty());
+      if (e.find("injected expert failure") != std::string::npos) {
+        ++injected;
+        CHECK(e.find(c.worker) != std::string::npos);
+        CHECK(e.find("expert_fwd") != std::string::npos);
+        CHECK(e.find("step 2") != std::string::npos);
+      } else {
+        CHECK(timeouts[static_cast<std::size_t>(r)]);  // waiting on a peer: no progress, or a transfer it names
+        CHECK(e.find("step 2") != std::string::npos);
+      }
     }
-    CHECK_THROWS_WITH_AS(tr.step(data[0].view()), doctest::Contains("failed"), dm::ConfigError);
-  });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(seconds < 5.0);
-  int injected = 0;
-  for (int r = 0; r < 4; ++r) {
-    CAPTURE(r);
-    CAPTURE(errors[static_cast<std::size_t>(r)]);
-    REQUIRE_FALSE(errors[static_cast<std::size_t>(r)].empty());
-    if (errors[static_cast<std::size_t>(r)].find("injected expert failure") != std::string::npos) {
-      ++injected;
-      CHECK(errors[static_cast<std::size_t>(r)].find("worker F") != std::string::npos);
-      CHECK(errors[static_cast<std::size_t>(r)].find("expert_fwd") != std::string::npos);
-      CHECK(errors[static_cast<std::size_t>(r)].find("step 2") != std::string::npos);
-    } else {
-      CHECK(timeouts[static_cast<std::size_t>(r)]);
-      CHECK(errors[static_cast<std::size_t>(r)].find("no progress") != std::string::npos);
-    }
+    CHECK(injected == 1);
   }
-  CHECK(injected == 1);
 }
 
 namespace {
@@ -314,7 +400,7 @@ TEST_CASE("exposed communication: interval sweep equals the exact oracle and the
       opt.latency_seconds = 1e-4;
       auto spec = spec_of(2 * p + 1, 2, 1, 0);
       spec.micro_batch = 2;
-      const auto s = opt.policy.build(rt::afpipe_problem(spec, opt, 5));
+      const auto s = rt::build_schedule(spec, opt, 5);
       const auto r = ds::simulate(s);
       const auto run = disagmoe::io::simulated_run(s, r);
       const double got = rt::exposed_comm_seconds(s, run);

@@ -2,7 +2,8 @@
 // Disaggregated AF-Pipe training over MPI processes (run by ctest under `mpirun -np 4`
 // and `-np 6`: p = 2 and 3 pairs). Every rank also trains the colocated reference
 // locally and checks that its own stage's parameters and every step's statistics equal
-// the reference's bit for bit. Then one rank's expert throws: every rank stops within
+// the reference's bit for bit; groups of ranks and the colocated expert-parallel
+// baselines match it to float rounding. Then one rank's expert throws: every rank stops within
 // the deadline, the failing one naming its worker, op and step.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include "disaggregated_cases.hpp"
@@ -108,6 +109,41 @@ TEST_CASE("mpi: groups of ranks through M2NChannel match the colocated trainer")
   if (tr.experts() != nullptr) collect(tr.experts()->parameters(), mine);
   const double worst = max_tensor_rel_diff(ref.params, mine);
   CHECK(worst < 1e-4);
+}
+
+TEST_CASE("mpi: the colocated expert-parallel baselines match the colocated trainer") {
+  // 1F1B-EP on 2 stages of size / 2 ranks and A2A overlap on one stage of all ranks: the
+  // all-to-all inside a stage is M2NChannel over MPI with every rank on both ends.
+  auto world = fresh_world();
+  const int size = world.size();
+  struct Case {
+    rt::ScheduleKind schedule;
+    int stages;
+  };
+  for (const Case c : {Case{rt::ScheduleKind::kOneFOneB, 2}, Case{rt::ScheduleKind::kA2AOverlap, 1}}) {
+    CAPTURE(rt::to_string(c.schedule));
+    rt::DisaggregatedOptions opt;
+    opt.schedule = c.schedule;
+    opt.pairs = c.stages;
+    opt.attention_ranks = opt.ffn_ranks = size / c.stages;
+    opt.executor.timeout = std::chrono::milliseconds(30000);
+    const auto spec = spec_of(4, 2, 1, 1);
+    const int m = 2;
+    const auto data = batches(3, 2 * m * opt.attention_ranks, spec.seq_len);
+    const Run ref = colocated(spec, m * opt.attention_ranks, data);
+    const mo::DecoderOptions o;
+    rt::DisaggregatedTrainer<Attention, Experts, dm::mpi::Transport> tr(Attention(spec, o), Experts(spec, o), spec,
+                                                                       train_options(m), opt, world);
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      const auto st = tr.step(data[i].view());
+      CHECK(st.loss == doctest::Approx(ref.stats[i].loss).epsilon(1e-6));
+      CHECK(st.grad_norm == doctest::Approx(ref.stats[i].grad_norm).epsilon(1e-5));
+    }
+    Parameters mine;
+    collect(tr.attention()->parameters(), mine);
+    collect(tr.experts()->parameters(), mine);
+    CHECK(max_tensor_rel_diff(ref.params, mine) < 1e-4);
+  }
 }
 
 TEST_CASE("mpi: a throwing expert stops every rank within the deadline, naming worker, op and step") {

@@ -6,9 +6,16 @@
 /// micro-batch) created once and reused every step, its attention worker's data-parallel
 /// group, and the two places where a stage meets a channel: an F-rank's experts on the
 /// rows the channel fanned out, and the A replicas' gradient sum.
+///
+/// Colocated expert parallelism (`RankLayout::colocated`, the baselines): worker i's G
+/// ranks are both its A-ranks and its F-ranks, so each (MoE layer, micro-batch) has two
+/// endpoints of one channel on every rank, over a `comm::DualRoleGroup` of the worker's
+/// ranks: its dispatch and combine are the all-to-all of colocated EP, run by the same
+/// send-once layout, kernels and summation contract as AF-Pipe's M2N / N2M exchange.
 #pragma once
 
 #include <disagmoe/comm/all_gather.hpp>
+#include <disagmoe/comm/dual_role.hpp>
 #include <disagmoe/comm/m2n_channel.hpp>
 #include <disagmoe/comm/transport.hpp>
 #include <disagmoe/error.hpp>
@@ -33,23 +40,32 @@ template <comm::transport Transport, class T>
 class ChannelExchange {
  public:
   using Matrix = model::Matrix<T>;
+  /// Which end of a channel a call needs (both live on one rank when colocated).
+  enum class Side { kAttention, kFfn };
 
   /// Collective over `world` (every rank calls it with the same arguments but its own
-  /// `worker`): splits the groups, then creates this pair's channels. Shared experts
+  /// worker's `layers`): splits the groups, then creates this worker's channels. Shared experts
   /// ride as extra routing slots of gate 1 (ids E, E+1, ...), so a channel's combine adds
   /// them after the routed slots, as the colocated combine does. `expert_rank`: F-rank of
   /// every expert, routed then shared.
-  ChannelExchange(Transport& world, const RankLayout& ranks, int worker, const ModelSpec& spec, int micro_batches,
+  ChannelExchange(Transport& world, const RankLayout& ranks, const std::vector<int>& layers, const ModelSpec& spec,
+                  int micro_batches,
                   std::vector<std::int32_t> expert_rank, std::chrono::milliseconds timeout)
       : spec_(spec), timeout_(timeout) {
     for (int i = 0; i < ranks.pairs; ++i) {
       std::vector<int> members;
       for (int r = 0; r < ranks.attention_ranks; ++r) members.push_back(ranks.world_rank(i, r));
       auto a = world.split(members);
+      if (a) attention_group_.emplace(std::move(*a));
+      if (ranks.colocated) continue;
       for (int r = 0; r < ranks.ffn_ranks; ++r) members.push_back(ranks.world_rank(ranks.pairs + i, r));
       auto pair = world.split(members);
-      if (a) attention_group_.emplace(std::move(*a));
       if (pair) pair_group_.emplace(std::move(*pair));
+    }
+    if (ranks.colocated) {
+      dual_ = std::make_unique<comm::DualRoleGroup<Transport>>(*attention_group_);
+      attention_end_ = dual_->attention();
+      ffn_end_ = dual_->ffn();
     }
     comm::ChannelConfig base;
     base.attention_ranks = ranks.attention_ranks;
@@ -59,7 +75,7 @@ class ChannelExchange {
     base.timeout = timeout;
     base.expert_rank = std::move(expert_rank);
     int count = 0;
-    for (int l = worker % ranks.pairs; l < spec.layers; l += ranks.pairs) {
+    for (int l : layers) {
       if (!spec.is_moe_layer(l)) continue;
       for (int j = 0; j < micro_batches; ++j) {
         comm::ChannelConfig c = base;
@@ -68,44 +84,66 @@ class ChannelExchange {
         expect(c.tag_base + comm::kTagsPerChannel <= comm::kHandshakeTag, "channels per pair", count,
                "at most " + std::to_string(comm::kHandshakeTag / comm::kTagsPerChannel) +
                    " (MoE layers per pair x micro-batches; MPI tags end at 32767)");
-        channels_[{l, j}] = std::make_unique<comm::M2NChannel<Transport, T>>(*pair_group_, std::move(c));
+        if (!ranks.colocated) {
+          channels_[{l, j}] = std::make_unique<comm::M2NChannel<Transport, T>>(*pair_group_, std::move(c));
+          continue;
+        }
+        auto& ends = colocated_[{l, j}];  // both ends post their handshake before either waits
+        ends.first = std::make_unique<EndChannel>(attention_end_, c, typename EndChannel::DeferHandshake{});
+        ends.second = std::make_unique<EndChannel>(ffn_end_, std::move(c), typename EndChannel::DeferHandshake{});
+        ends.first->complete_handshake();
+        ends.second->complete_handshake();
       }
     }
   }
 
-  /// The channel of MoE layer `l`, micro-batch `j` (this rank's pair holds `l`).
-  comm::M2NChannel<Transport, T>& channel(int l, int j) { return *channels_.at({l, j}); }
+  /// Calls f(channel) with this rank's `side` end of the channel of MoE layer `l`,
+  /// micro-batch `j` (this rank's worker holds `l`).
+  template <class F>
+  decltype(auto) visit(int l, int j, Side side, F&& f) {
+    if (dual_) {
+      auto& ends = colocated_.at({l, j});
+      return f(side == Side::kAttention ? *ends.first : *ends.second);
+    }
+    return f(*channels_.at({l, j}));
+  }
 
   /// F-rank: the forward of `stage`'s experts of layer l on the rows channel (l, j) fanned
   /// out to them (grouped by local expert), written back as the channel's expert outputs.
   template <class Stage>
   void expert_forward(Stage& stage, int l, int j) {
-    auto& ch = channel(l, j);
-    std::vector<std::int64_t> offsets{0};
-    for (std::size_t k = 0; k < ch.local_experts(); ++k)
-      offsets.push_back(offsets.back() + static_cast<std::int64_t>(ch.expert_rows(k)));
-    const Matrix rows = grouped(offsets.back(), [&] { return ch.expert_input(0).data(); });
-    Matrix out;
-    stage.forward(l, j, offsets, rows, out);
-    if (rows.size() > 0) std::memcpy(ch.expert_output(0).data(), out.data(), bytes_of(out));
+    visit(l, j, Side::kFfn, [&](auto& ch) {
+      std::vector<std::int64_t> offsets{0};
+      for (std::size_t k = 0; k < ch.local_experts(); ++k)
+        offsets.push_back(offsets.back() + static_cast<std::int64_t>(ch.expert_rows(k)));
+      const Matrix rows = grouped(offsets.back(), [&] { return ch.expert_input(0).data(); });
+      Matrix out;
+      stage.forward(l, j, offsets, rows, out);
+      if (rows.size() > 0) std::memcpy(ch.expert_output(0).data(), out.data(), bytes_of(out));
+    });
   }
 
   /// F-rank: the input-gradient backward of the same experts on the channel's gate-scaled
   /// output gradients, written back as the channel's expert input gradients.
   template <class Stage>
   void expert_backward(Stage& stage, int l, int j) {
-    auto& ch = channel(l, j);
-    std::int64_t rows_n = 0;
-    for (std::size_t k = 0; k < ch.local_experts(); ++k) rows_n += static_cast<std::int64_t>(ch.expert_rows(k));
-    const Matrix d_out = grouped(rows_n, [&] { return ch.expert_grad_output(0).data(); });
-    Matrix d_rows;
-    stage.backward_input(l, j, d_out, d_rows);
-    if (d_out.size() > 0) std::memcpy(ch.expert_grad_input(0).data(), d_rows.data(), bytes_of(d_rows));
+    visit(l, j, Side::kFfn, [&](auto& ch) {
+      std::int64_t rows_n = 0;
+      for (std::size_t k = 0; k < ch.local_experts(); ++k) rows_n += static_cast<std::int64_t>(ch.expert_rows(k));
+      const Matrix d_out = grouped(rows_n, [&] { return ch.expert_grad_output(0).data(); });
+      Matrix d_rows;
+      stage.backward_input(l, j, d_out, d_rows);
+      if (d_out.size() > 0) std::memcpy(ch.expert_grad_input(0).data(), d_rows.data(), bytes_of(d_rows));
+    });
   }
 
   /// Waits for every channel's posted sends (the end of a step).
   void flush() {
     for (auto& [key, ch] : channels_) ch->flush();
+    for (auto& [key, ends] : colocated_) {
+      ends.first->flush();
+      ends.second->flush();
+    }
   }
 
   /// A-rank of a worker of several ranks: every replica's gradients summed in rank order
@@ -144,6 +182,11 @@ class ChannelExchange {
   std::chrono::milliseconds timeout_;
   std::optional<Transport> pair_group_, attention_group_;
   std::map<std::pair<int, int>, std::unique_ptr<comm::M2NChannel<Transport, T>>> channels_;  // (layer, mb)
+  // Colocated: the worker's dual-role view, its two ends, and both channel ends per (layer, mb).
+  using EndChannel = comm::M2NChannel<comm::DualRoleTransport<Transport>, T>;
+  std::unique_ptr<comm::DualRoleGroup<Transport>> dual_;
+  comm::DualRoleTransport<Transport> attention_end_, ffn_end_;
+  std::map<std::pair<int, int>, std::pair<std::unique_ptr<EndChannel>, std::unique_ptr<EndChannel>>> colocated_;
 };
 
 }  // namespace disagmoe::runtime

@@ -2,13 +2,16 @@
 /// @file disaggregated_options.hpp
 /// How a disaggregated AF-Pipe run is laid out (pairs, ranks per worker, the exchange, the
 /// expert placement) and scheduled, its validation, and the schedule problem the trainer
-/// builds from it (runtime/disaggregated_trainer.hpp).
+/// builds from it (runtime/disaggregated_trainer.hpp). The same options run the colocated
+/// expert-parallel baselines (1F1B, Megatron's A2A overlap) on the same runtime, so that
+/// real AF-Pipe and real colocated EP are compared on the same kernels.
 #pragma once
 
 #include <disagmoe/error.hpp>
 #include <disagmoe/plan/cost_model.hpp>
 #include <disagmoe/runtime/worker_executor.hpp>
 #include <disagmoe/schedule/afpipe.hpp>
+#include <disagmoe/schedule/baselines.hpp>
 #include <disagmoe/schedule/problem.hpp>
 #include <disagmoe/spec/model_spec.hpp>
 
@@ -27,9 +30,27 @@ enum class Exchange : std::uint8_t {
   kChannel,  ///< comm::M2NChannel between the M ranks of A_i and the N ranks of F_i
 };
 
+/// Which schedule the workers run.
+enum class ScheduleKind : std::uint8_t {
+  kAfPipe,      ///< AF-Pipe: p attention workers and p FFN workers, disjoint (DisagMoE)
+  kOneFOneB,    ///< colocated EP under 1F1B: p pipeline stages, each both attention and experts
+  kA2AOverlap,  ///< colocated EP under Megatron's A2A overlap (interleaved, F&B steps overlapped)
+};
+
+/// Short name ("afpipe", "1f1b", "a2a-overlap"), as `disagmoe-train --schedule` spells it.
+constexpr std::string_view to_string(ScheduleKind k) {
+  return k == ScheduleKind::kAfPipe ? "afpipe" : k == ScheduleKind::kOneFOneB ? "1f1b" : "a2a-overlap";
+}
+
 /// How the disaggregated run is laid out and scheduled.
+///
+/// Colocated baselines (`schedule` other than kAfPipe): `pairs` is the number of pipeline
+/// stages p and every stage is one worker of `attention_ranks` = `ffn_ranks` = G ranks that
+/// run attention data-parallel and the experts expert-parallel (all-to-all dispatch and
+/// combine inside the stage, through the M2NChannel's dual-role view); world size p * G.
 struct DisaggregatedOptions {
-  int pairs = 1;                  ///< p: attention workers = FFN workers = p
+  ScheduleKind schedule = ScheduleKind::kAfPipe;
+  int pairs = 1;                  ///< p: attention workers = FFN workers = p (colocated: stages)
   int attention_ranks = 1;        ///< M: ranks per attention worker (data parallel over a micro-batch)
   int ffn_ranks = 1;              ///< N: ranks per FFN worker (its experts split over them)
   /// F-rank in [0, N) of every routed expert (the same for every layer); empty: contiguous
@@ -37,6 +58,7 @@ struct DisaggregatedOptions {
   std::vector<int> expert_rank;
   Exchange exchange = Exchange::kAuto;
   schedule::AFPipe policy{};      ///< ping-pong group, in-flight window, stage alignment
+  schedule::A2AOverlap a2a_overlap{};  ///< model chunks per stage of the A2A-overlap baseline
   ExecutorOptions executor{};     ///< fault deadline
   /// Rates the schedule's op costs assume (they fix the agreed comm order and the
   /// simulated prediction, never the arithmetic).
@@ -47,11 +69,16 @@ struct DisaggregatedOptions {
 
 /// Where every world rank sits: the attention workers' ranks first (A_i owns M of them),
 /// then the FFN workers' (F_i owns N); schedule worker w < p is A_w, else F_{w-p}.
+/// Colocated baselines: p workers of attention_ranks ranks each, nothing else.
 struct RankLayout {
   int pairs = 1, attention_ranks = 1, ffn_ranks = 1;
+  bool colocated = false;  ///< a baseline: every worker is both attention and FFN
 
   explicit RankLayout(const DisaggregatedOptions& o)
-      : pairs(o.pairs), attention_ranks(o.attention_ranks), ffn_ranks(o.ffn_ranks) {}
+      : pairs(o.pairs), attention_ranks(o.attention_ranks), ffn_ranks(o.ffn_ranks),
+        colocated(o.schedule != ScheduleKind::kAfPipe) {}
+  /// Schedule workers: 2p (AF-Pipe) or p (colocated).
+  [[nodiscard]] int workers() const { return colocated ? pairs : 2 * pairs; }
   /// World rank of rank `index` of schedule worker `worker`.
   [[nodiscard]] int world_rank(int worker, int index) const {
     return worker < pairs ? worker * attention_ranks + index
@@ -68,6 +95,12 @@ struct RankLayout {
   }
 };
 
+/// World ranks a run under `o` needs: p (M + N) for AF-Pipe, p G for a colocated baseline.
+[[nodiscard]] inline int world_size(const DisaggregatedOptions& o) {
+  return o.schedule == ScheduleKind::kAfPipe ? o.pairs * (o.attention_ranks + o.ffn_ranks)
+                                             : o.pairs * o.attention_ranks;
+}
+
 /// Throws ConfigError naming the first field that cannot run `spec` on a world of
 /// `world_size` ranks.
 inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int world_size) {
@@ -76,16 +109,34 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
          "at most the model's layers (" + std::to_string(spec.layers) + "): pair i holds layers i, i + p, ...");
   expect(o.attention_ranks >= 1, "DisaggregatedOptions.attention_ranks", o.attention_ranks, "a positive integer");
   expect(o.ffn_ranks >= 1, "DisaggregatedOptions.ffn_ranks", o.ffn_ranks, "a positive integer");
-  const int size = o.pairs * (o.attention_ranks + o.ffn_ranks);
-  expect(world_size == size, "world size", world_size,
-         "pairs * (attention_ranks + ffn_ranks) = " + std::to_string(size) +
-             " (ranks: the attention workers' first, then the FFN workers')");
-  const bool one = o.attention_ranks == 1 && o.ffn_ranks == 1;
-  expect(o.exchange != Exchange::kDirect || one, "DisaggregatedOptions.exchange", "direct",
-         "channel for workers of several ranks");
-  if (!one || o.exchange == Exchange::kChannel)
-    expect(!o.policy.fuse_combine_dispatch, "DisaggregatedOptions.policy.fuse_combine_dispatch", true,
-           "false with the M2NChannel exchange (stage alignment runs on one rank per worker, exchange direct)");
+  const bool colocated = o.schedule != ScheduleKind::kAfPipe;
+  if (colocated) {
+    expect(o.ffn_ranks == o.attention_ranks, "DisaggregatedOptions.ffn_ranks", o.ffn_ranks,
+           "attention_ranks (" + std::to_string(o.attention_ranks) + "): a colocated stage's ranks run both "
+           "attention and experts");
+    expect(o.pairs * o.attention_ranks == world_size, "world size", world_size,
+           "pairs * attention_ranks = " + std::to_string(o.pairs * o.attention_ranks) + " (" +
+               std::string(to_string(o.schedule)) + ": pipeline stages of attention_ranks ranks each)");
+    expect(o.exchange != Exchange::kDirect, "DisaggregatedOptions.exchange", "direct",
+           std::string("auto or channel for ") + std::string(to_string(o.schedule)) +
+               " (the all-to-all runs through the M2NChannel)");
+    expect(o.a2a_overlap.virtual_stages >= 1, "DisaggregatedOptions.a2a_overlap.virtual_stages",
+           o.a2a_overlap.virtual_stages, "a positive integer");
+    const int hops = o.pairs * (o.schedule == ScheduleKind::kA2AOverlap ? o.a2a_overlap.virtual_stages : 1);
+    expect(hops <= spec.layers, "pipeline stages x model chunks", hops,
+           "at most the model's layers (" + std::to_string(spec.layers) + ")");
+  } else {
+    const int size = o.pairs * (o.attention_ranks + o.ffn_ranks);
+    expect(world_size == size, "world size", world_size,
+           "pairs * (attention_ranks + ffn_ranks) = " + std::to_string(size) +
+               " (ranks: the attention workers' first, then the FFN workers')");
+    const bool one = o.attention_ranks == 1 && o.ffn_ranks == 1;
+    expect(o.exchange != Exchange::kDirect || one, "DisaggregatedOptions.exchange", "direct",
+           "channel for workers of several ranks");
+    if (!one || o.exchange == Exchange::kChannel)
+      expect(!o.policy.fuse_combine_dispatch, "DisaggregatedOptions.policy.fuse_combine_dispatch", true,
+             "false with the M2NChannel exchange (stage alignment runs on one rank per worker, exchange direct)");
+  }
   expect(o.expert_rank.empty() || static_cast<int>(o.expert_rank.size()) == spec.experts,
          "DisaggregatedOptions.expert_rank.size()", o.expert_rank.size(),
          "0 (contiguous) or one F-rank per routed expert (" + std::to_string(spec.experts) + ")");
@@ -105,20 +156,25 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
          "a positive deadline");
 }
 
-/// The AF-Pipe problem of `spec` (micro-batches of `spec.micro_batch` sequences) on
-/// `o.pairs` pairs of one-GPU workers: layer costs from plan::layer_cost at o's rates, the
-/// bytes of the messages listed in the file comment.
-inline schedule::Problem afpipe_problem(const ModelSpec& spec, const DisaggregatedOptions& o, int micro_batches,
-                                        std::size_t element_bytes = 4) {
+/// The schedule problem of `spec` (micro-batches of `spec.micro_batch` sequences) under
+/// `o`: AF-Pipe's 2p workers (A_i of M ranks, F_i of N ranks) or the colocated baselines'
+/// p stages of G ranks. Layer costs from plan::layer_cost at o's rates, per GPU: an A-rank
+/// computes the attention of T / M tokens, an F-rank 1/N of the experts; a token's rows go
+/// to at most min(k + shared, N) ranks (send-once), of which a colocated rank keeps its own
+/// share, (G - 1) / G of them leave it. The bytes are those of the messages listed in
+/// runtime/disaggregated_trainer.hpp.
+inline schedule::Problem schedule_problem(const ModelSpec& spec, const DisaggregatedOptions& o, int micro_batches,
+                                          std::size_t element_bytes = 4) {
   const int pairs = o.pairs;
+  const bool colocated = o.schedule != ScheduleKind::kAfPipe;
   const double flops_per_second = o.flops_per_second, bytes_per_second = o.bytes_per_second;
   schedule::Problem pb;
   pb.network.nic_latency = pb.network.nvlink_latency = o.latency_seconds;
-  for (int side = 0; side < 2; ++side)
+  for (int side = 0; side < (colocated ? 1 : 2); ++side)
     for (int i = 0; i < pairs; ++i) {
       schedule::Worker w;
-      w.name = (side == 0 ? "A" : "F") + std::to_string(i);
-      w.role = side == 0 ? schedule::Role::kAttention : schedule::Role::kFfn;
+      w.name = (colocated ? "S" : side == 0 ? "A" : "F") + std::to_string(i);
+      w.role = colocated ? schedule::Role::kColocated : side == 0 ? schedule::Role::kAttention : schedule::Role::kFfn;
       w.gpus = side == 0 ? o.attention_ranks : o.ffn_ranks;
       w.first_node = side * pairs + i;
       w.nic_bandwidth = w.nvlink_bandwidth = bytes_per_second;
@@ -126,12 +182,11 @@ inline schedule::Problem afpipe_problem(const ModelSpec& spec, const Disaggregat
       pb.workers.push_back(w);
     }
   pb.micro_batches = micro_batches;
-  // Per GPU: an A-rank holds T / M tokens of a micro-batch; an F-rank 1/N of the expert
-  // work; a token goes to at most min(k + shared, N) F-ranks (send-once).
   const double t = double(spec.tokens_per_micro_batch()), d = spec.hidden, e = double(element_bytes);
   const double ta = t / o.attention_ranks, n = o.ffn_ranks;
-  const double dest = std::min<double>(spec.top_k + spec.shared_experts, n);
-  pb.tokens_per_micro_batch = t * pairs;
+  const double slots = spec.top_k + spec.shared_experts;
+  const double dest = std::min<double>(slots, n) * (colocated ? (n - 1) / n : 1.0);
+  pb.tokens_per_micro_batch = colocated ? t : t * pairs;
   for (int l = 0; l < spec.layers; ++l) {
     const auto c = plan::layer_cost(spec, l);
     const auto a = c.attention_side() + c.dense_ffn, f = c.experts + c.shared_experts;
@@ -144,15 +199,29 @@ inline schedule::Problem afpipe_problem(const ModelSpec& spec, const Disaggregat
     lc.expert_fwd = f.forward / fn;
     lc.expert_bwd = f.backward_input / fn;
     lc.expert_wgrad = f.backward_weight / fn;
-    lc.dispatch_bytes = ta * dest * (d * e + (spec.top_k + spec.shared_experts) * 8.0);
-    lc.combine_bytes = t * dest * d * e / n;
+    lc.dispatch_bytes = ta * dest * (d * e + slots * 8.0);
+    lc.combine_bytes = colocated ? ta * dest * d * e : t * dest * d * e / n;
     lc.hidden_bytes = ta * d * e;
     // Stage alignment: the residual rides with the dispatch (and dL/dy with the return).
-    if (c.moe && l + 1 < spec.layers && o.policy.fuse_combine_dispatch) lc.dispatch_bytes += ta * d * e;
+    if (!colocated && c.moe && l + 1 < spec.layers && o.policy.fuse_combine_dispatch) lc.dispatch_bytes += ta * d * e;
     pb.flops_per_micro_batch += c.total().total();
     pb.layers.push_back(lc);
   }
   return pb;
+}
+
+/// The schedule `o` runs for `spec` (micro-batches of `spec.micro_batch` sequences).
+/// ConfigError where the policy cannot run it (e.g. A2A overlap's interleaving needs the
+/// micro-batches to be a multiple of the stages).
+inline schedule::Schedule build_schedule(const ModelSpec& spec, const DisaggregatedOptions& o, int micro_batches,
+                                         std::size_t element_bytes = 4) {
+  const schedule::Problem pb = schedule_problem(spec, o, micro_batches, element_bytes);
+  switch (o.schedule) {
+    case ScheduleKind::kAfPipe: return o.policy.build(pb);
+    case ScheduleKind::kOneFOneB: return schedule::OneFOneB{}.build(pb);
+    case ScheduleKind::kA2AOverlap: return o.a2a_overlap.build(pb);
+  }
+  fail("DisaggregatedOptions.schedule", static_cast<int>(o.schedule), "afpipe, 1f1b or a2a-overlap");
 }
 
 }  // namespace disagmoe::runtime

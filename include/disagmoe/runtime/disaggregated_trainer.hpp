@@ -29,6 +29,12 @@
 /// Channel exchange: `comm::M2NChannel` per (MoE layer, micro-batch) between the M ranks
 /// of A_i (each a share of the micro-batch) and the N ranks of F_i (experts by
 /// `DisaggregatedOptions::expert_rank`); no stage alignment.
+///
+/// Colocated baselines (`DisaggregatedOptions::schedule` 1F1B or A2A overlap, the op lists
+/// of `schedule::OneFOneB` / `schedule::A2AOverlap`): p pipeline stages of G ranks, every
+/// rank holding its stage's attention (a data-parallel replica) and 1/G of its experts;
+/// each all-to-all is both ends of the same channel on every rank of the stage
+/// (runtime/channel_exchange.hpp), so the baselines and AF-Pipe run the same kernels.
 /// The loss head runs on the worker holding the last layer, when the backward first needs
 /// its gradient (the schedule has no op for it: with an MoE last layer that is the comm
 /// stream, as it posts dL/dy; measured as part of that transfer); its weight gradient
@@ -78,23 +84,28 @@ class DisaggregatedTrainer {
     p_ = options_.pairs;
     m_ranks_ = options_.attention_ranks;
     n_ranks_ = options_.ffn_ranks;
-    channel_ = options_.exchange == Exchange::kChannel || m_ranks_ > 1 || n_ranks_ > 1;
+    channel_ = ranks_.colocated || options_.exchange == Exchange::kChannel || m_ranks_ > 1 || n_ranks_ > 1;
     rank_ = world_.rank();
     worker_ = ranks_.worker_of(rank_);
     index_ = ranks_.index_of(rank_);
-    const int pair = worker_ % p_;
+    layer_worker_ = attention_workers(build_schedule(spec_, options_, train_.micro_batches, sizeof(T)));
+    const int mine = ranks_.colocated ? worker_ : worker_ % p_;  // the attention worker of my layers
+    std::vector<int> layers;
+    for (int l = 0; l < spec_.layers; ++l)
+      if (layer_worker_[static_cast<std::size_t>(l)] == mine) layers.push_back(l);
     if (is_attention()) {
       AttentionStageLayout layout;
-      for (int l = pair; l < spec_.layers; l += p_) layout.layers.push_back(l);
-      layout.embedding = pair == 0;
-      layout.head = (spec_.layers - 1) % p_ == pair;
+      layout.layers = layers;
+      layout.embedding = layer_worker_.front() == mine;
+      layout.head = layer_worker_.back() == mine;
       attention_.emplace(std::move(attention), spec_, std::move(layout), stage);
-    } else {
+    }
+    if (ranks_.colocated || !is_attention()) {
       ExpertStageLayout layout;
       std::vector<int> ids;  // this F-rank's experts, ascending (routed, then shared)
       for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e)
         if (expert_rank_of(e) == index_) ids.push_back(e);
-      for (int l = pair; l < spec_.layers; l += p_)
+      for (int l : layers)
         if (spec_.is_moe_layer(l)) {
           layout.layers.push_back(l);
           layout.experts.push_back(ids);
@@ -104,7 +115,7 @@ class DisaggregatedTrainer {
     if (channel_) {
       std::vector<std::int32_t> placement;
       for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e) placement.push_back(expert_rank_of(e));
-      exchange_.emplace(world_, ranks_, worker_, spec_, train_.micro_batches, std::move(placement),
+      exchange_.emplace(world_, ranks_, layers, spec_, train_.micro_batches, std::move(placement),
                         options_.executor.timeout);
     }
     agree_on_parameters();
@@ -162,11 +173,13 @@ class DisaggregatedTrainer {
     }
   }
 
-  /// This rank's worker index in the schedule (0..p-1: A_i, p..2p-1: F_{i-p}).
+  /// This rank's worker index in the schedule (0..p-1: A_i, p..2p-1: F_{i-p}; colocated:
+  /// the pipeline stage).
   [[nodiscard]] int worker() const { return worker_; }
   /// This rank's index among its worker's ranks.
   [[nodiscard]] int rank_in_worker() const { return index_; }
-  [[nodiscard]] bool is_attention() const { return worker_ < p_; }
+  /// True where this rank holds an attention stage (every rank of a colocated baseline).
+  [[nodiscard]] bool is_attention() const { return ranks_.colocated || worker_ < p_; }
   /// The schedule of the last step (built for its micro-batch size).
   [[nodiscard]] const schedule::Schedule& schedule() const { return schedule_; }
   /// Measured start and end of every op this worker ran in the last step (seconds).
@@ -178,8 +191,8 @@ class DisaggregatedTrainer {
   std::vector<std::vector<MeasuredOp>> gather_timelines() {
     const auto all = comm::all_gather(world_, std::as_bytes(std::span(timeline_)), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "timelines");
-    std::vector<std::vector<MeasuredOp>> out(static_cast<std::size_t>(2 * p_));
-    for (int w = 0; w < 2 * p_; ++w) {
+    std::vector<std::vector<MeasuredOp>> out(static_cast<std::size_t>(ranks_.workers()));
+    for (int w = 0; w < ranks_.workers(); ++w) {
       const auto& bytes = all[static_cast<std::size_t>(world_rank(w, 0))];
       expect(bytes.size() == timeline_.size() * sizeof(MeasuredOp), "timeline bytes of worker " + std::to_string(w),
              bytes.size(), "one entry per op on every worker");
@@ -214,7 +227,7 @@ class DisaggregatedTrainer {
   /// (empty on ranks that do not need them). Every rank receives the whole model.
   void gather_parameters(std::span<ParameterSet<T>* const> into) {
     std::vector<std::byte> mine;
-    if (reports_parameters()) for_each_parameter_set([&](auto& ps) { append_parameter_bytes(ps, mine); });
+    for_each_reported_parameter_set([&](auto& ps) { append_parameter_bytes(ps, mine); });
     const auto all = comm::all_gather(world_, std::span<const std::byte>(mine), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "parameters");
     if (into.empty()) return;
@@ -266,17 +279,34 @@ class DisaggregatedTrainer {
   }
   /// World rank of rank `i` of schedule worker `w`.
   int world_rank(int w, int i) const { return ranks_.world_rank(w, i); }
-  int attention_worker(int l) const { return l % p_; }
-  int ffn_worker(int l) const { return p_ + l % p_; }
+  int attention_worker(int l) const { return layer_worker_[static_cast<std::size_t>(l)]; }
+  /// The worker running each layer's attention in `s` (AF-Pipe: l mod p; 1F1B: contiguous
+  /// stages; A2A overlap: looped chunks), the same at every micro-batch size.
+  static std::vector<int> attention_workers(const schedule::Schedule& s) {
+    std::vector<int> w;
+    for (const auto& o : s.ops)
+      if (o.kind == schedule::OpKind::kAttentionForward) {
+        if (static_cast<int>(w.size()) <= o.layer) w.resize(static_cast<std::size_t>(o.layer) + 1, -1);
+        w[static_cast<std::size_t>(o.layer)] = o.worker;
+      }
+    return w;
+  }
   bool moe(int l) const { return spec_.is_moe_layer(l); }
   bool last(int l) const { return l + 1 == spec_.layers; }
   /// Stage alignment on MoE layer l: F_l sends the next layer's input to A_{l+1}.
-  bool fused(int l) const { return moe(l) && !last(l) && options_.policy.fuse_combine_dispatch; }
+  bool fused(int l) const { return !ranks_.colocated && moe(l) && !last(l) && options_.policy.fuse_combine_dispatch; }
   Cell& cell(int mb, int l) { return cells_[static_cast<std::size_t>(mb) * static_cast<std::size_t>(spec_.layers) + static_cast<std::size_t>(l)]; }
 
   template <class F>
   void for_each_parameter_set(F&& f) {
     if (attention_) f(attention_->parameters());
+    if (experts_) f(experts_->parameters());
+  }
+  /// The parameter sets this rank reports for the whole model: one replica of each
+  /// attention worker (its first rank), every rank's own experts.
+  template <class F>
+  void for_each_reported_parameter_set(F&& f) {
+    if (attention_ && index_ == 0) f(attention_->parameters());
     if (experts_) f(experts_->parameters());
   }
 
@@ -290,7 +320,9 @@ class DisaggregatedTrainer {
     if (per != sequences_per_micro_batch_) {  // every rank builds the same schedule
       ModelSpec mb_spec = spec_;
       mb_spec.micro_batch = per;  // the problem splits it over the A-ranks
-      schedule_ = options_.policy.build(afpipe_problem(mb_spec, options_, m, sizeof(T)));
+      schedule_ = build_schedule(mb_spec, options_, m, sizeof(T));
+      expect(attention_workers(schedule_) == layer_worker_, "layers per worker of the rebuilt schedule",
+             schedule::describe_op(schedule_, 0), "the layout the stages were built for");
       lowered_ = schedule::lower(schedule_);
       sequences_per_micro_batch_ = per;
       check_same_program();
@@ -310,7 +342,8 @@ class DisaggregatedTrainer {
   /// otherwise exchange mismatched messages). ConfigError naming the first rank that differs.
   void check_same_program() {
     std::ostringstream os;
-    os << p_ << ' ' << m_ranks_ << ' ' << n_ranks_ << ' ' << options_.policy.fuse_combine_dispatch << ' '
+    os << to_string(options_.schedule) << ' ' << options_.a2a_overlap.virtual_stages << ' ' << p_ << ' ' << m_ranks_
+       << ' ' << n_ranks_ << ' ' << options_.policy.fuse_combine_dispatch << ' '
        << options_.policy.group_size << ' ' << options_.policy.max_in_flight << ' ' << train_.micro_batches << ' '
        << sequences_per_micro_batch_ << ' ' << spec_.layers << ' ' << spec_.hidden << ' ' << spec_.experts << ' '
        << spec_.shared_experts << ' ' << spec_.top_k << ' ' << spec_.seq_len << ' ' << spec_.vocab << ' ' << channel_;
@@ -433,11 +466,18 @@ class DisaggregatedTrainer {
 
   // ---- messages -------------------------------------------------------------------
 
+  /// The layer whose cells a transfer belongs to: a backward hand-off carries dL/d(output
+  /// of layer l) from layer l + 1's worker; AF-Pipe's op names l, a pipeline baseline's
+  /// names the sending stage's first layer, l + 1.
+  int transfer_layer(const schedule::Op& o) const {
+    return ranks_.colocated && o.backward && o.kind == schedule::OpKind::kSend ? o.layer - 1 : o.layer;
+  }
+
   /// The matrices (in order) that transfer `id` carries; `receiving` selects the
   /// receiver's cells. Both ends list the same shapes, so sizes agree.
   std::vector<std::pair<void*, std::size_t>> segments(int id, bool receiving) {
     const schedule::Op& o = schedule_.ops[static_cast<std::size_t>(id)];
-    const int l = o.layer, j = o.micro_batch;
+    const int l = transfer_layer(o), j = o.micro_batch;
     const std::size_t td = tokens_ * static_cast<std::size_t>(spec_.hidden) * sizeof(T);
     const std::size_t tk = tokens_ * static_cast<std::size_t>(spec_.top_k);
     Cell& c = cell(j, l);
@@ -510,7 +550,8 @@ class DisaggregatedTrainer {
   void release_sent(const schedule::Op& o) {
     Cell& c = cell(o.micro_batch, o.layer);
     if (o.backward) {
-      if (o.kind == schedule::OpKind::kSend || o.kind == schedule::OpKind::kCombineDispatch) cell(o.micro_batch, o.layer + 1).dh = Matrix();
+      if (o.kind == schedule::OpKind::kSend || o.kind == schedule::OpKind::kCombineDispatch)
+        cell(o.micro_batch, transfer_layer(o) + 1).dh = Matrix();
       if (o.kind == schedule::OpKind::kReturn) c.d_tokens = c.d_gates = c.dy = Matrix();
       return;
     }
@@ -541,57 +582,94 @@ class DisaggregatedTrainer {
 
   // ---- the M2NChannel exchange (groups of ranks) ------------------------------------
 
+  /// The four exchanges of an MoE layer and micro-batch; each has a sending end (its
+  /// channel call posts) and a receiving end (its call waits).
+  enum class Phase { kDispatch, kReturn, kGradDispatch, kGradReturn };
+
   /// A comm task of the channel mode, on the comm stream, in the agreed order.
   void communicate(const schedule::Task& task) {
     using K = schedule::OpKind;
     const schedule::Op& o = schedule_.ops[static_cast<std::size_t>(task.op)];
-    const int l = o.layer, j = o.micro_batch;
-    const std::int64_t step = step_ + 1;
-    if (task.kind == schedule::TaskKind::kCollective) return;  // the data-parallel reduce follows the step
+    if (o.kind == K::kAllReduce) return;  // the data-parallel reduce follows the step
     if (o.kind == K::kSend) return hand_off(task);
+    if (o.kind == K::kAllToAll) {  // colocated EP: this rank is both ends of the channel
+      const bool second = after_experts(o);
+      const Phase ph = o.backward ? (second ? Phase::kGradReturn : Phase::kGradDispatch)
+                                  : (second ? Phase::kReturn : Phase::kDispatch);
+      exchange(o, ph, true);
+      return exchange(o, ph, false);
+    }
     expect(o.kind == K::kDispatch || o.kind == K::kReturn, "DisaggregatedTrainer transfer",
            schedule::describe_op(schedule_, task.op), "an M2N dispatch or N2M return (no stage alignment)");
-    auto& ch = exchange_->channel(l, j);
+    const Phase ph = o.kind == K::kDispatch ? (o.backward ? Phase::kGradDispatch : Phase::kDispatch)
+                                            : (o.backward ? Phase::kGradReturn : Phase::kReturn);
+    exchange(o, ph, task.kind == schedule::TaskKind::kSend);
+  }
+
+  /// True for the all-to-all that follows the experts (combine; backward: dL/dx back).
+  bool after_experts(const schedule::Op& o) const {
+    return std::any_of(o.deps.begin(), o.deps.end(), [&](int d) {
+      const auto k = schedule_.ops[static_cast<std::size_t>(d)].kind;
+      return k == schedule::OpKind::kExpertForward || k == schedule::OpKind::kExpertBackwardInput;
+    });
+  }
+
+  /// One end (`send` or receive) of exchange `ph` of op o's layer and micro-batch.
+  void exchange(const schedule::Op& o, Phase ph, bool send) {
+    using Side = typename ChannelExchange<Transport, T>::Side;
+    const int l = o.layer, j = o.micro_batch;
+    const bool from_attention = ph == Phase::kDispatch || ph == Phase::kGradDispatch;
+    exchange_->visit(l, j, send == from_attention ? Side::kAttention : Side::kFfn,
+                     [&](auto& ch) { exchange_on(ch, l, j, ph, send); });
+  }
+
+  template <class Channel>
+  void exchange_on(Channel& ch, int l, int j, Phase ph, bool send) {
+    const std::int64_t step = step_ + 1;
     Cell& c = cell(j, l);
-    const bool send = task.kind == schedule::TaskKind::kSend;
     const std::size_t h = static_cast<std::size_t>(spec_.hidden), k = static_cast<std::size_t>(spec_.top_k);
     const std::size_t slots = k + static_cast<std::size_t>(spec_.shared_experts);
-    if (o.kind == K::kDispatch && !o.backward) {
-      if (!send) return ch.receive(step);
-      std::vector<std::int32_t> ids(tokens_ * slots);
-      std::vector<float> gates(tokens_ * slots, 1.0f);
-      for (std::size_t t = 0; t < tokens_; ++t)
-        for (std::size_t s2 = 0; s2 < slots; ++s2) {
-          const bool routed = s2 < k;
-          ids[t * slots + s2] = routed ? c.topk(static_cast<Eigen::Index>(t), static_cast<Eigen::Index>(s2))
-                                       : spec_.experts + static_cast<int>(s2 - k);
-          if (routed) gates[t * slots + s2] = static_cast<float>(c.gates(static_cast<Eigen::Index>(t), static_cast<Eigen::Index>(s2)));
-        }
-      ch.dispatch(step, {c.tokens.data(), tokens_ * h}, ids, gates);
-      c.tokens = Matrix();
-      return;
+    switch (ph) {
+      case Phase::kDispatch: {
+        if (!send) return ch.receive(step);
+        std::vector<std::int32_t> ids(tokens_ * slots);
+        std::vector<float> gates(tokens_ * slots, 1.0f);
+        for (std::size_t t = 0; t < tokens_; ++t)
+          for (std::size_t s2 = 0; s2 < slots; ++s2) {
+            const bool routed = s2 < k;
+            const auto r = static_cast<Eigen::Index>(t), q = static_cast<Eigen::Index>(s2);
+            ids[t * slots + s2] = routed ? c.topk(r, q) : spec_.experts + static_cast<int>(s2 - k);
+            if (routed) gates[t * slots + s2] = static_cast<float>(c.gates(r, q));
+          }
+        ch.dispatch(step, {c.tokens.data(), tokens_ * h}, ids, gates);
+        c.tokens = Matrix();
+        return;
+      }
+      case Phase::kReturn: {
+        if (send) return ch.send_return();
+        c.y.resize(static_cast<Eigen::Index>(tokens_), spec_.hidden);
+        ch.combine({c.y.data(), tokens_ * h});
+        const Matrix next = c.residual + c.y;  // as colocated: residual + y
+        c.residual = c.y = Matrix();
+        return hand_on(j, l, next);
+      }
+      case Phase::kGradDispatch:  // dL/dy towards the experts
+        if (!send) return ch.receive_grad();
+        if (last(l)) (void)head_gradient(j);
+        return ch.backward_dispatch({c.dy.data(), tokens_ * h});
+      case Phase::kGradReturn: {
+        if (send) return ch.send_grad();
+        std::vector<float> d_gates(tokens_ * slots);
+        c.d_tokens.resize(static_cast<Eigen::Index>(tokens_), spec_.hidden);
+        ch.backward_combine({c.d_tokens.data(), tokens_ * h}, d_gates);
+        c.d_gates.resize(static_cast<Eigen::Index>(tokens_), spec_.top_k);
+        for (std::size_t t = 0; t < tokens_; ++t)
+          for (std::size_t s2 = 0; s2 < k; ++s2)
+            c.d_gates(static_cast<Eigen::Index>(t), static_cast<Eigen::Index>(s2)) =
+                static_cast<T>(d_gates[t * slots + s2]);
+        return;
+      }
     }
-    if (o.kind == K::kReturn && !o.backward) {
-      if (send) return ch.send_return();
-      c.y.resize(static_cast<Eigen::Index>(tokens_), spec_.hidden);
-      ch.combine({c.y.data(), tokens_ * h});
-      const Matrix next = c.residual + c.y;  // as colocated: residual + y
-      c.residual = c.y = Matrix();
-      return hand_on(j, l, next);
-    }
-    if (o.kind == K::kDispatch) {  // backward: dL/dy towards the experts
-      if (!send) return ch.receive_grad();
-      if (last(l)) (void)head_gradient(j);
-      return ch.backward_dispatch({c.dy.data(), tokens_ * h});
-    }
-    if (send) return ch.send_grad();
-    std::vector<float> d_gates(tokens_ * slots);
-    c.d_tokens.resize(static_cast<Eigen::Index>(tokens_), spec_.hidden);
-    ch.backward_combine({c.d_tokens.data(), tokens_ * h}, d_gates);
-    c.d_gates.resize(static_cast<Eigen::Index>(tokens_), spec_.top_k);
-    for (std::size_t t = 0; t < tokens_; ++t)
-      for (std::size_t s2 = 0; s2 < k; ++s2)
-        c.d_gates(static_cast<Eigen::Index>(t), static_cast<Eigen::Index>(s2)) = static_cast<T>(d_gates[t * slots + s2]);
   }
 
   /// Residual-stream hand-off between attention workers: rank i of one to rank i of the
@@ -629,9 +707,6 @@ class DisaggregatedTrainer {
     if (attention_) exchange_->sum_replica_gradients(attention_->parameters());
   }
 
-  /// True on the rank that reports this rank's parameters (one replica per A worker).
-  bool reports_parameters() const { return !is_attention() || index_ == 0; }
-
   // ---- agreement across workers ------------------------------------------------------
 
   /// Every worker learns the sorted list of all parameter names (the canonical order of
@@ -639,11 +714,10 @@ class DisaggregatedTrainer {
   void agree_on_parameters() {
     std::string mine;
     std::int64_t count = 0;
-    if (reports_parameters())
-      for_each_parameter_set([&](auto& ps) {
-        count += ps.count();
-        for (const auto& s : ps.slots()) mine += s.name + '\n';
-      });
+    for_each_reported_parameter_set([&](auto& ps) {
+      count += ps.count();
+      for (const auto& s : ps.slots()) mine += s.name + '\n';
+    });
     mine += std::to_string(count);
     const auto all = comm::all_gather(world_, std::as_bytes(std::span(mine.data(), mine.size())), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "parameter names");
@@ -680,14 +754,13 @@ class DisaggregatedTrainer {
           v[static_cast<std::size_t>(m) + i] = cell(j, l).aux;
           v[static_cast<std::size_t>(m) + cells + i] = cell(j, l).z;
         }
-    if (reports_parameters())
-      for_each_parameter_set([&](auto& ps) {
-        for (const auto& s : ps.slots()) {
-          const auto at = std::lower_bound(names_.begin(), names_.end(), s.name) - names_.begin();
-          v[static_cast<std::size_t>(m) + 2 * cells + static_cast<std::size_t>(at)] =
-              std::decay_t<decltype(ps)>::grad_square_sum(s);
-        }
-      });
+    for_each_reported_parameter_set([&](auto& ps) {
+      for (const auto& s : ps.slots()) {
+        const auto at = std::lower_bound(names_.begin(), names_.end(), s.name) - names_.begin();
+        v[static_cast<std::size_t>(m) + 2 * cells + static_cast<std::size_t>(at)] =
+            std::decay_t<decltype(ps)>::grad_square_sum(s);
+      }
+    });
     const auto all = comm::all_gather(world_, std::as_bytes(std::span(v)), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "step statistics");
     std::vector<double> sum(v.size(), 0.0);
@@ -722,6 +795,7 @@ class DisaggregatedTrainer {
   int m_ranks_ = 1, n_ranks_ = 1;  // ranks per attention / FFN worker
   int worker_ = 0, index_ = 0;     // this rank's worker and its index there
   bool channel_ = false;           // M2NChannel exchange (else direct messages)
+  std::vector<int> layer_worker_;  // attention worker of every layer
   RankLayout ranks_;
   std::optional<ChannelExchange<Transport, T>> exchange_;
   std::vector<typename Transport::Request> pending_sends_;  // channel mode: hand-offs between A workers
