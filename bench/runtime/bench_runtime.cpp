@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench/runtime: AF-Pipe on real workers (loopback threads over the emulated network)
-// against the colocated trainer in the same run, and against the simulator's prediction
-// of the same step calibrated with the run's own op times. Variants: stage alignment on
-// (direct messages), off (direct), and off through comm::M2NChannel (one rank per worker).
+// bench/runtime: AF-Pipe against colocated expert parallelism on real workers (loopback
+// threads over the emulated network), the same kernels in the same run: AF-Pipe with
+// stage alignment (direct messages) and through comm::M2NChannel (groups of ranks), and the
+// baselines 1F1B-EP and Megatron's A2A overlap, whose all-to-all inside a stage is the
+// same M2NChannel with every rank on both ends. Each beside the simulator's prediction of
+// the same step calibrated with the run's own op times, and the colocated trainer (one
+// rank, no communication) for scale.
 //
-// The emulated network is set from the colocated step: its bandwidth makes the bytes one
-// AF-Pipe step moves between workers take `--comm-share` of the colocated step time if
-// sent back to back on one link, so communication is worth hiding. Reported per run:
-// measured step time, exposed communication (a transfer in flight while its worker
-// computes nothing), the calibrated simulator's figures and the prediction error.
+// The emulated network is set per world size from 1F1B-EP on one stage of all the ranks:
+// the NIC bandwidth at which its busiest rank's all-to-all bytes take `--comm-share` of
+// its step (measured without a network), so that all-to-all is worth hiding. Reported per
+// run: measured step time, exposed communication (a transfer in flight while its worker
+// computes nothing), the calibrated simulator's figures, the prediction error, the exposed
+// share of the step, and exposed communication and speed relative to the first 1F1B-EP.
 //
-//   bench_runtime [--model tiny|small] [--pairs 1,2] [--micro-batches N] [--micro-batch S]
+//   bench_runtime [--model tiny|small] [--world 2,4] [--micro-batches N] [--micro-batch S]
 //                 [--steps N] [--comm-share F] [--latency S]
 #include <disagmoe/backend/host/keep_freed_memory.hpp>
 #include <disagmoe/backend/host/loopback_transport.hpp>
@@ -43,8 +47,8 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   std::string model = "tiny";
-  std::vector<int> pairs{1, 2};
-  int micro_batches = 8, micro_batch = 2, steps = 6;
+  std::vector<int> worlds{2, 4};
+  int micro_batches = 8, micro_batch = 4, steps = 6;
   double comm_share = 0.4, latency = 50e-6;
 };
 
@@ -85,25 +89,16 @@ double colocated_step(const dm::ModelSpec& spec, const rt::TrainOptions& t, cons
   return median(secs);
 }
 
-struct AfResult {
-  double step = 0, exposed = 0, predicted_step = 0, predicted_exposed = 0, bytes = 0;
+struct Result {
+  double step = 0, exposed = 0, predicted_step = 0, predicted_exposed = 0;
 };
 
-AfResult afpipe(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& data, int pairs, bool fuse,
-                rt::Exchange exchange, double bandwidth, double latency) {
-  rt::DisaggregatedOptions opt;
-  opt.pairs = pairs;
-  opt.exchange = exchange;
-  opt.policy.fuse_combine_dispatch = fuse;
-  opt.policy.m2n_uses_sms = false;
-  opt.bytes_per_second = bandwidth;
-  opt.latency_seconds = latency;
-  dm::host::NetworkConfig net;
-  net.nic_bandwidth = bandwidth;
-  net.latency = latency;
-  dm::host::LoopbackWorld world(2 * pairs, net);
+/// Median measured and predicted figures of a run under `opt` on loopback workers over
+/// the emulated network `net` (the first step, which builds the schedule, left out).
+Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& data, const rt::DisaggregatedOptions& opt,
+           const dm::host::NetworkConfig& net) {
+  dm::host::LoopbackWorld world(rt::world_size(opt), net);
   std::vector<double> steps, exposed, pstep, pexposed;
-  double bytes = 0;
   dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& tp) {
     rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(Attention(spec, {}), Experts(spec, {}),
                                                                                 spec, t, opt, tp);
@@ -113,31 +108,69 @@ AfResult afpipe(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batc
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
       const auto timelines = tr.gather_timelines();
       if (tp.rank() != 0 || s == 0) continue;
-      const auto run = rt::measured_run(tr.lowered(), timelines);
-      const auto cal = rt::calibrated(tr.schedule(), run, timelines);
+      const auto measured = rt::measured_run(tr.lowered(), timelines);
+      const auto cal = rt::calibrated(tr.schedule(), measured, timelines);
       const auto sim = dm::schedule::simulate(cal);
       steps.push_back(secs);
-      exposed.push_back(rt::exposed_comm_seconds(tr.schedule(), run));
+      exposed.push_back(rt::exposed_comm_seconds(tr.schedule(), measured));
       pstep.push_back(sim.step_seconds);
       pexposed.push_back(rt::exposed_comm_seconds(cal, dm::io::simulated_run(cal, sim)));
-      bytes = 0;
-      for (const auto& op : tr.schedule().ops)
-        if (dm::schedule::is_comm(op.kind) && op.peer != op.worker) bytes += op.bytes;
     }
   });
-  return {median(steps), median(exposed), median(pstep), median(pexposed), bytes};
+  return {median(steps), median(exposed), median(pstep), median(pexposed)};
 }
 
-/// Bytes one AF-Pipe step of `pairs` pairs moves between workers.
-double step_bytes(const dm::ModelSpec& spec, const rt::TrainOptions& t, int pairs, bool fuse) {
+/// Bytes a rank of the busiest worker of one step under `opt` sends to other ranks (an
+/// all-to-all's own share, 1/G of it, stays on the rank).
+double worker_bytes(const dm::ModelSpec& spec, const rt::TrainOptions& t, const rt::DisaggregatedOptions& opt) {
+  const auto s = rt::build_schedule(spec, opt, t.micro_batches);
+  std::vector<double> per(s.workers.size(), 0.0);
+  for (const auto& op : s.ops) {
+    if (!dm::schedule::is_comm(op.kind) || op.kind == dm::schedule::OpKind::kAllReduce) continue;
+    const double g = s.workers[static_cast<std::size_t>(op.worker)].gpus;
+    per[static_cast<std::size_t>(op.worker)] += op.worker == op.peer ? op.bytes * (g - 1) / g : op.bytes;
+  }
+  return *std::max_element(per.begin(), per.end());
+}
+
+/// One configuration of the comparison.
+struct Variant {
+  std::string name;
   rt::DisaggregatedOptions opt;
-  opt.pairs = pairs;
-  opt.policy.fuse_combine_dispatch = fuse;
-  const auto s = opt.policy.build(rt::afpipe_problem(spec, opt, t.micro_batches));
-  double bytes = 0;
-  for (const auto& op : s.ops)
-    if (dm::schedule::is_comm(op.kind) && op.peer != op.worker) bytes += op.bytes;
-  return bytes;
+};
+
+rt::DisaggregatedOptions options_of(rt::ScheduleKind kind, int units, int m, int n, rt::Exchange exchange, bool fuse) {
+  rt::DisaggregatedOptions o;
+  o.schedule = kind;
+  o.pairs = units;
+  o.attention_ranks = m;
+  o.ffn_ranks = n;
+  o.exchange = exchange;
+  o.policy.fuse_combine_dispatch = fuse;
+  o.policy.m2n_uses_sms = false;
+  return o;
+}
+
+/// The schedules compared on `world` ranks: AF-Pipe (direct with stage alignment, and
+/// through M2NChannel) and the colocated-EP baselines with an all-to-all inside a stage.
+std::vector<Variant> variants(int world, int layers, int micro_batches) {
+  using S = rt::ScheduleKind;
+  using X = rt::Exchange;
+  std::vector<Variant> v;
+  const int half = world / 2;
+  v.push_back({"afpipe p=" + std::to_string(half), options_of(S::kAfPipe, half, 1, 1, X::kDirect, true)});
+  if (half > 1)
+    v.push_back({"afpipe M=N=" + std::to_string(half), options_of(S::kAfPipe, 1, half, half, X::kChannel, false)});
+  else
+    v.push_back({"afpipe channel", options_of(S::kAfPipe, 1, 1, 1, X::kChannel, false)});
+  for (int stages = 1; stages <= world / 2; stages *= 2) {
+    const int g = world / stages;
+    const std::string tag = " p=" + std::to_string(stages) + " G=" + std::to_string(g);
+    v.push_back({"1f1b-ep" + tag, options_of(S::kOneFOneB, stages, g, g, X::kAuto, false)});
+    if (2 * stages <= layers && micro_batches % stages == 0)
+      v.push_back({"a2a-overlap" + tag, options_of(S::kA2AOverlap, stages, g, g, X::kAuto, false)});
+  }
+  return v;
 }
 
 std::vector<int> parse_list(const char* s) {
@@ -149,10 +182,12 @@ std::vector<int> parse_list(const char* s) {
 
 int usage(int code) {
   std::fprintf(code == 0 ? stdout : stderr,
-               "usage: bench_runtime [--model tiny|small] [--pairs 1,2] [--micro-batches N] [--micro-batch S]\n"
+               "usage: bench_runtime [--model tiny|small] [--world 2,4] [--micro-batches N] [--micro-batch S]\n"
                "                     [--steps N] [--comm-share F] [--latency S]\n"
-               "AF-Pipe on loopback workers over an emulated network vs the colocated trainer and vs the\n"
-               "simulator's calibrated prediction. See bench/RESULTS.md.\n");
+               "AF-Pipe against colocated expert parallelism (1F1B-EP, A2A overlap) on the same loopback\n"
+               "workers, kernels and emulated network, each beside the simulator's calibrated prediction.\n"
+               "The network is set so that 1F1B-EP's all-to-all takes --comm-share of its step. See\n"
+               "bench/RESULTS.md.\n");
   return code;
 }
 
@@ -169,7 +204,7 @@ int main(int argc, char** argv) {
       };
       if (a == "--help" || a == "-h") return usage(0);
       else if (a == "--model") o.model = next();
-      else if (a == "--pairs") o.pairs = parse_list(next());
+      else if (a == "--world") o.worlds = parse_list(next());
       else if (a == "--micro-batches") o.micro_batches = std::stoi(next());
       else if (a == "--micro-batch") o.micro_batch = std::stoi(next());
       else if (a == "--steps") o.steps = std::stoi(next());
@@ -178,7 +213,8 @@ int main(int argc, char** argv) {
       else return usage(2);
     }
     dm::expect(o.steps >= 2, "--steps", o.steps, "at least 2 (the first step is left out)");
-    dm::expect(o.comm_share > 0, "--comm-share", o.comm_share, "a positive fraction");
+    dm::expect(o.comm_share > 0 && o.comm_share < 1, "--comm-share", o.comm_share, "a fraction in (0, 1)");
+    for (int w : o.worlds) dm::expect(w >= 2 && w % 2 == 0, "--world", w, "an even number of ranks >= 2");
     dm::host::keep_freed_memory();
     dm::ModelSpec spec = mo::train_preset(o.model);
     spec.micro_batch = o.micro_batch;
@@ -190,25 +226,37 @@ int main(int argc, char** argv) {
                 "bytes, %u hardware threads\n",
                 o.model.c_str(), spec.layers, spec.hidden, spec.experts, spec.top_k, o.micro_batches, o.micro_batch,
                 spec.seq_len, std::thread::hardware_concurrency());
-    std::printf("colocated trainer (1 worker): %.4f s per step\n\n", col);
-    std::printf("%-16s %7s %9s %10s %10s %7s %10s %10s %9s\n", "schedule", "workers", "net MB/s", "step s", "predicted",
-                "err %", "exposed s", "predicted", "vs coloc");
-    struct Variant {
-      const char* name;
-      bool fuse;
-      rt::Exchange exchange;
-    };
-    const Variant variants[] = {{"afpipe", true, rt::Exchange::kDirect},
-                                {"afpipe-unfused", false, rt::Exchange::kDirect},
-                                {"afpipe-channel", false, rt::Exchange::kChannel}};
-    for (const int p : o.pairs)
-      for (const auto& v : variants) {
-        const double bw = step_bytes(spec, t, p, v.fuse) / (o.comm_share * col);
-        const AfResult r = afpipe(spec, t, data, p, v.fuse, v.exchange, bw, o.latency);
-        std::printf("%-16s %7d %9.1f %10.4f %10.4f %7.1f %10.4f %10.4f %8.2fx\n", v.name, 2 * p, bw / 1e6, r.step,
-                    r.predicted_step, 100 * (r.predicted_step - r.step) / r.step, r.exposed, r.predicted_exposed,
-                    col / r.step);
+    std::printf("colocated trainer (1 rank): %.4f s per step\n", col);
+    for (const int w : o.worlds) {
+      // The network: 1F1B-EP on one stage of all ranks, measured without a network, sets
+      // the bandwidth at which its busiest rank's all-to-all bytes take comm_share of a step.
+      const auto ep = options_of(rt::ScheduleKind::kOneFOneB, 1, w, w, rt::Exchange::kAuto, false);
+      const double compute = run(spec, t, data, ep, {}).step;
+      const double bw = worker_bytes(spec, t, ep) / (o.comm_share / (1 - o.comm_share) * compute);
+      dm::host::NetworkConfig net;
+      net.nic_bandwidth = bw;
+      net.latency = o.latency;
+      std::printf("\n%d ranks, emulated NIC %.1f MB/s per rank, latency %.0f us (1F1B-EP p=1 without network: %.4f s)\n",
+                  w, bw / 1e6, o.latency * 1e6, compute);
+      std::printf("%-22s %9s %10s %7s %10s %10s %8s %9s %9s\n", "schedule", "step s", "predicted", "err %", "exposed s",
+                  "predicted", "share %", "exp/1f1b", "speedup");
+      auto vs = variants(w, spec.layers, o.micro_batches);
+      std::vector<Result> rs;
+      const Result* ref = nullptr;  // the first 1F1B-EP row
+      for (auto& v : vs) {
+        v.opt.bytes_per_second = bw;
+        v.opt.latency_seconds = o.latency;
+        rs.push_back(run(spec, t, data, v.opt, net));
       }
+      for (std::size_t i = 0; i < vs.size() && ref == nullptr; ++i)
+        if (vs[i].opt.schedule == rt::ScheduleKind::kOneFOneB) ref = &rs[i];
+      for (std::size_t i = 0; i < vs.size(); ++i) {
+        const Result& r = rs[i];
+        std::printf("%-22s %9.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %8.2fx\n", vs[i].name.c_str(), r.step,
+                    r.predicted_step, 100 * (r.predicted_step - r.step) / r.step, r.exposed, r.predicted_exposed,
+                    100 * r.exposed / r.step, r.exposed / ref->exposed, ref->step / r.step);
+      }
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_runtime: error: %s\n", e.what());

@@ -160,9 +160,9 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
 /// `o`: AF-Pipe's 2p workers (A_i of M ranks, F_i of N ranks) or the colocated baselines'
 /// p stages of G ranks. Layer costs from plan::layer_cost at o's rates, per GPU: an A-rank
 /// computes the attention of T / M tokens, an F-rank 1/N of the experts; a token's rows go
-/// to at most min(k + shared, N) ranks (send-once), of which a colocated rank keeps its own
-/// share, (G - 1) / G of them leave it. The bytes are those of the messages listed in
-/// runtime/disaggregated_trainer.hpp.
+/// to at most min(k + shared, N) ranks (send-once; a colocated rank's own share stays local,
+/// which the simulator's all-to-all model accounts for). The bytes are those of the
+/// messages listed in runtime/disaggregated_trainer.hpp.
 inline schedule::Problem schedule_problem(const ModelSpec& spec, const DisaggregatedOptions& o, int micro_batches,
                                           std::size_t element_bytes = 4) {
   const int pairs = o.pairs;
@@ -173,7 +173,8 @@ inline schedule::Problem schedule_problem(const ModelSpec& spec, const Disaggreg
   for (int side = 0; side < (colocated ? 1 : 2); ++side)
     for (int i = 0; i < pairs; ++i) {
       schedule::Worker w;
-      w.name = (colocated ? "S" : side == 0 ? "A" : "F") + std::to_string(i);
+      w.name.assign(1, colocated ? 'S' : side == 0 ? 'A' : 'F');  // (not "S" + to_string: g++ 12 -Wrestrict)
+      w.name += std::to_string(i);
       w.role = colocated ? schedule::Role::kColocated : side == 0 ? schedule::Role::kAttention : schedule::Role::kFfn;
       w.gpus = side == 0 ? o.attention_ranks : o.ffn_ranks;
       w.first_node = side * pairs + i;
@@ -185,7 +186,7 @@ inline schedule::Problem schedule_problem(const ModelSpec& spec, const Disaggreg
   const double t = double(spec.tokens_per_micro_batch()), d = spec.hidden, e = double(element_bytes);
   const double ta = t / o.attention_ranks, n = o.ffn_ranks;
   const double slots = spec.top_k + spec.shared_experts;
-  const double dest = std::min<double>(slots, n) * (colocated ? (n - 1) / n : 1.0);
+  const double dest = std::min<double>(slots, n);  // an all-to-all's own share: the simulator keeps it local
   pb.tokens_per_micro_batch = colocated ? t : t * pairs;
   for (int l = 0; l < spec.layers; ++l) {
     const auto c = plan::layer_cost(spec, l);

@@ -186,18 +186,32 @@ class DisaggregatedTrainer {
   [[nodiscard]] const std::vector<MeasuredOp>& timeline() const { return timeline_; }
   /// The lowered schedule of the last step.
   [[nodiscard]] const schedule::LoweredSchedule& lowered() const { return lowered_; }
-  /// Every worker's timeline of the last step (collective; a worker of several ranks
-  /// reports its first rank's), indexed [worker][op].
+  /// Every worker's timeline of the last step (collective), indexed [worker][op]. A worker
+  /// of several ranks reports its first rank's, except that an all-to-all inside it starts
+  /// when its last rank enters it (until then the others wait for a peer that is still
+  /// computing: a bubble, not communication).
   std::vector<std::vector<MeasuredOp>> gather_timelines() {
     const auto all = comm::all_gather(world_, std::as_bytes(std::span(timeline_)), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "timelines");
-    std::vector<std::vector<MeasuredOp>> out(static_cast<std::size_t>(ranks_.workers()));
-    for (int w = 0; w < ranks_.workers(); ++w) {
-      const auto& bytes = all[static_cast<std::size_t>(world_rank(w, 0))];
+    auto timeline_of = [&](int w, int i) {
+      const auto& bytes = all[static_cast<std::size_t>(world_rank(w, i))];
       expect(bytes.size() == timeline_.size() * sizeof(MeasuredOp), "timeline bytes of worker " + std::to_string(w),
              bytes.size(), "one entry per op on every worker");
-      out[static_cast<std::size_t>(w)].resize(timeline_.size());
-      std::memcpy(out[static_cast<std::size_t>(w)].data(), bytes.data(), bytes.size());
+      std::vector<MeasuredOp> t(timeline_.size());
+      std::memcpy(t.data(), bytes.data(), bytes.size());
+      return t;
+    };
+    std::vector<std::vector<MeasuredOp>> out(static_cast<std::size_t>(ranks_.workers()));
+    for (int w = 0; w < ranks_.workers(); ++w) {
+      auto& t = out[static_cast<std::size_t>(w)];
+      t = timeline_of(w, 0);
+      const int members = w < p_ ? m_ranks_ : n_ranks_;
+      for (int i = 1; i < members; ++i) {
+        const auto other = timeline_of(w, i);
+        for (std::size_t op = 0; op < t.size(); ++op)
+          if (schedule_.ops[op].kind == schedule::OpKind::kAllToAll && t[op].start >= 0 && other[op].start >= 0)
+            t[op].start = std::min(std::max(t[op].start, other[op].start), t[op].end);
+      }
     }
     return out;
   }
