@@ -20,7 +20,10 @@
 /// Call sequence per step. A-rank: dispatch -> combine [-> backward_dispatch ->
 /// backward_combine]. F-rank: receive -> (fill expert_output) -> send_return
 /// [-> receive_grad -> (fill expert_grad_input) -> send_grad]. One channel carries one
-/// micro-batch at a time; keep one channel per micro-batch in flight.
+/// micro-batch at a time; keep one channel per micro-batch in flight. Every call that
+/// waits (combine, backward_combine, receive, receive_grad) has a `try_` twin that never
+/// blocks: it posts what it can, returns false while transfers are outstanding and true
+/// once done, so that one comm stream can keep many channels in flight.
 ///
 /// Hand-off (`ChannelConfig::hand_off`, AF-Pipe's fused combine + next dispatch): the
 /// F-ranks return A-rank a's rows, each tagged with its token, to next-layer A-rank
@@ -151,13 +154,19 @@ class M2NChannel {
   /// Waits for the F-ranks' partial rows and writes out[t] per the summation contract.
   /// out: [T x hidden]. Throws TimeoutError naming the F-rank that did not answer.
   void combine(std::span<Elem> out) {
+    while (!try_combine(out)) wait_pending();
+  }
+  /// combine() without waiting: false while rows are outstanding (call again), true once
+  /// `out` is written. Silence is the caller's to time out.
+  bool try_combine(std::span<Elem> out) {
     enter(Role::kAttention, "combine", {State::kDispatched});
     if (hand_off_) fail(channel_field("combine"), "hand_off", "receive_return() on the next-layer A-rank");
     expect(out.size() == tokens_ * h_, "M2NChannel.combine out.size()", out.size(), "tokens * hidden");
-    wait_pending();
+    if (!test_pending()) return false;
     host::combine_rows<Elem, float>(ret_rows_, h_, layout_.token_offsets(), layout_.token_rows(), {},
                                     out, config_.kernels);
     state_ = State::kCombined;
+    return true;
   }
 
   /// Posts dL/dy rows (same send-once layout as the forward). grad_out: [T x hidden].
@@ -186,14 +195,28 @@ class M2NChannel {
   /// Waits for the gradients: grad_tokens [T x hidden] = dL/dx, grad_gates
   /// [T x top_k] = dL/dgate (each from the one F-rank holding that slot's expert).
   void backward_combine(std::span<Elem> grad_tokens, std::span<float> grad_gates) {
+    if (hand_off_) {  // the next-layer A-rank sent dL/dy
+      enter(Role::kAttention, "backward_combine", {State::kDispatched});
+      post_gradient_receives();
+    }
+    while (!combine_gradients(grad_tokens, grad_gates)) wait_pending();
+  }
+  /// backward_combine() without waiting (no hand-off): false while gradients are
+  /// outstanding (call again), true once both outputs are written.
+  bool try_backward_combine(std::span<Elem> grad_tokens, std::span<float> grad_gates) {
+    if (hand_off_) fail(channel_field("try_backward_combine"), "hand_off", "backward_combine()");
+    return combine_gradients(grad_tokens, grad_gates);
+  }
+
+ private:
+  bool combine_gradients(std::span<Elem> grad_tokens, std::span<float> grad_gates) {
     enter(Role::kAttention, "backward_combine",
           {hand_off_ ? State::kDispatched : State::kBackwardDispatched});
     expect(grad_tokens.size() == tokens_ * h_, "M2NChannel.backward_combine grad_tokens.size()",
            grad_tokens.size(), "tokens * hidden");
     expect(grad_gates.size() == tokens_ * k_, "M2NChannel.backward_combine grad_gates.size()",
            grad_gates.size(), "tokens * top_k");
-    if (hand_off_) post_gradient_receives();  // the next-layer A-rank sent dL/dy
-    wait_pending();
+    if (!test_pending()) return false;
     host::combine_rows<Elem, float>(grad_ret_, h_, layout_.token_offsets(), layout_.token_rows(), {},
                                     grad_tokens, config_.kernels);
     const auto seg = layout_.token_offsets();
@@ -211,8 +234,10 @@ class M2NChannel {
       }
     }
     state_ = State::kIdle;
+    return true;
   }
 
+ public:
   // ---- next-layer A-rank side (hand-off) ----------------------------------------
 
   /// Waits for the rows of `step` returned by every F-rank and writes out[t], T =
@@ -269,36 +294,51 @@ class M2NChannel {
   /// out per local expert. Throws TimeoutError naming a silent A-rank, IoError when
   /// an A-rank is at another step.
   void receive(std::int64_t step) {
-    enter(Role::kFfn, "receive", {State::kIdle, State::kReturned, State::kGradSent});
-    wait_pending();  // sends of the previous step
-    step_ = step;
-    headers_.resize(static_cast<std::size_t>(m_));
-    pair_.group_begin();
-    for (int a = 0; a < m_; ++a)
-      recv(a, kHeader, span_of(headers_, static_cast<std::size_t>(a), 1), "layout header");
-    pair_.group_end();
-    wait_pending();
-    const auto rows = check_headers(m_, 0, step);
-    detail::grow(recv_rows_, rows * h_);
-    detail::grow(recv_meta_, rows * k_);
-    if (hand_off_) detail::grow(recv_tokens_, rows);
-    pair_.group_begin();
-    for (int a = 0; a < m_; ++a) {
-      const auto c = static_cast<std::size_t>(headers_[static_cast<std::size_t>(a)][1]);
-      const auto o = static_cast<std::size_t>(from_offset_[static_cast<std::size_t>(a)]);
-      if (c == 0) continue;
-      recv(a, kRows, span_of(recv_rows_, o * h_, c * h_), "token rows");
-      recv(a, kMeta, span_of(recv_meta_, o * k_, c * k_), "routing slots");
-      if (hand_off_) recv(a, kTokens, span_of(recv_tokens_, o, c), "row tokens");
+    while (!try_receive(step)) wait_pending();
+  }
+  /// receive() without waiting: false while headers or rows are outstanding (call again
+  /// with the same step), true once the rows are fanned out.
+  bool try_receive(std::int64_t step) {
+    if (phase_ == Phase::kNone) {
+      enter(Role::kFfn, "receive", {State::kIdle, State::kReturned, State::kGradSent});
+      if (!test_pending()) return false;  // sends of the previous step
+      step_ = step;
+      headers_.resize(static_cast<std::size_t>(m_));
+      pair_.group_begin();
+      for (int a = 0; a < m_; ++a)
+        recv(a, kHeader, span_of(headers_, static_cast<std::size_t>(a), 1), "layout header");
+      pair_.group_end();
+      phase_ = Phase::kHeaders;
     }
-    pair_.group_end();
-    wait_pending();
+    enter(Role::kFfn, "receive", {State::kIdle, State::kReturned, State::kGradSent});
+    if (!test_pending()) return false;
+    if (phase_ == Phase::kHeaders) {
+      const auto rows = check_headers(m_, 0, step);
+      detail::grow(recv_rows_, rows * h_);
+      detail::grow(recv_meta_, rows * k_);
+      if (hand_off_) detail::grow(recv_tokens_, rows);
+      pair_.group_begin();
+      for (int a = 0; a < m_; ++a) {
+        const auto c = static_cast<std::size_t>(headers_[static_cast<std::size_t>(a)][1]);
+        const auto o = static_cast<std::size_t>(from_offset_[static_cast<std::size_t>(a)]);
+        if (c == 0) continue;
+        recv(a, kRows, span_of(recv_rows_, o * h_, c * h_), "token rows");
+        recv(a, kMeta, span_of(recv_meta_, o * k_, c * k_), "routing slots");
+        if (hand_off_) recv(a, kTokens, span_of(recv_tokens_, o, c), "row tokens");
+      }
+      pair_.group_end();
+      phase_ = Phase::kRows;
+      if (!test_pending()) return false;
+    }
+    phase_ = Phase::kNone;
+    const auto rows = static_cast<std::size_t>(from_offset_.back());
     arrival_.build(std::span<const RoutingSlot>(recv_meta_.data(), rows * k_), config_.top_k);
     const auto slots = static_cast<std::size_t>(arrival_.total_slots());
     detail::grow(expert_in_, slots * h_);
     detail::grow(expert_out_, slots * h_);
     host::gather_rows<Elem>(recv_rows_, h_, arrival_.expert_row(), expert_in_, config_.kernels, false);
     state_ = State::kReceived;
+    return true;
   }
 
   /// Number of experts on this F-rank.
@@ -349,22 +389,32 @@ class M2NChannel {
 
   /// Waits for dL/dy rows and fans them out per expert, scaled by the slot's gate.
   void receive_grad() {
+    while (!try_receive_grad()) wait_pending();
+  }
+  /// receive_grad() without waiting: false while rows are outstanding (call again), true
+  /// once they are fanned out.
+  bool try_receive_grad() {
     enter(Role::kFfn, "receive_grad", {State::kReturned});
-    wait_pending();
     const auto rows = arrival_.rows();
-    detail::grow(grad_in_rows_, rows * h_);
-    pair_.group_begin();
-    for_each_source([&](int a, std::size_t o, std::size_t c) {
-      recv(return_peer(a), kGradRows, span_of(grad_in_rows_, o * h_, c * h_), "output-gradient rows");
-    });
-    pair_.group_end();
-    wait_pending();
+    if (phase_ == Phase::kNone) {
+      if (!test_pending()) return false;  // the return's sends
+      detail::grow(grad_in_rows_, rows * h_);
+      pair_.group_begin();
+      for_each_source([&](int a, std::size_t o, std::size_t c) {
+        recv(return_peer(a), kGradRows, span_of(grad_in_rows_, o * h_, c * h_), "output-gradient rows");
+      });
+      pair_.group_end();
+      phase_ = Phase::kRows;
+    }
+    if (!test_pending()) return false;
+    phase_ = Phase::kNone;
     const auto slots = static_cast<std::size_t>(arrival_.total_slots());
     detail::grow(expert_gout_, slots * h_);
     detail::grow(expert_gin_, slots * h_);
     host::gather_rows_scaled<Elem, float>(grad_in_rows_, h_, arrival_.expert_row(), arrival_.expert_gate(),
                                           expert_gout_, config_.kernels);
     state_ = State::kGradReceived;
+    return true;
   }
 
   /// gate_j * dL/dy rows of local expert le: [expert_rows(le) x hidden].
@@ -452,6 +502,8 @@ class M2NChannel {
   /// Where F-rank-side traffic for A-rank a's tokens returns (and dL/dy comes from).
   int return_peer(int a) const { return hand_off_ ? m_ + n_ + a : a; }
 
+  /// Where a try_ receive stands between calls.
+  enum class Phase { kNone, kHeaders, kRows };
   enum class State { kHandshake, kIdle, kDispatched, kCombined, kBackwardDispatched, kReceived, kReturned,
                      kGradReceived, kGradSent, kFailed };
   // F -> next-layer A reuses kHeader / kMeta (return header / tokens): matching is
@@ -505,6 +557,26 @@ class M2NChannel {
   template <class V>
   void recv(int peer, int tag, std::span<V> data, const char* what) {
     pending_.push_back({irecv(pair_, peer, config_.tag_base + tag, data), peer, what, false});
+  }
+
+  /// Retires every completed request; true when none is left. On an error cancels the
+  /// rest and leaves the channel failed.
+  bool test_pending() {
+    try {
+      for (std::size_t i = 0; i < pending_.size();) {
+        if (!pair_.test(pending_[i].req)) {
+          ++i;
+          continue;
+        }
+        pending_[i] = std::move(pending_.back());
+        pending_.pop_back();
+      }
+    } catch (...) {
+      cancel_pending();
+      state_ = State::kFailed;
+      throw;
+    }
+    return pending_.empty();
   }
 
   /// Waits for everything posted; on a timeout or an error cancels the rest and
@@ -589,6 +661,7 @@ class M2NChannel {
   Role role_ = Role::kAttention;
   bool hand_off_ = false;
   State state_ = State::kIdle;
+  Phase phase_ = Phase::kNone;
   std::int64_t step_ = -1;
   std::size_t tokens_ = 0;
   std::int64_t last_rows_sent_ = 0, bytes_sent_ = 0;

@@ -165,6 +165,8 @@ class DisaggregatedTrainer {
       failed_ = true;  // the peers' state is out of step with ours: no further steps
       for (auto& r : pending_sends_) world_.cancel(r);  // before their buffers go
       pending_sends_.clear();
+      for (auto& [op, r] : hand_off_recvs_) world_.cancel(r);
+      hand_off_recvs_.clear();
       wire_.clear();
       if (attention_) attention_->release_all();
       if (experts_) experts_->release_all();
@@ -280,7 +282,8 @@ class DisaggregatedTrainer {
   struct ChannelHandler {
     DisaggregatedTrainer& t;
     void compute(int op) { t.run_compute(op); }
-    void communicate(const schedule::Task& task) { t.communicate(task); }
+    void start(const schedule::Task& task) { t.start_exchange(task); }
+    bool progress(const schedule::Task& task) { return t.progress_exchange(task); }
   };
 
   // ---- layout -----------------------------------------------------------------
@@ -597,27 +600,42 @@ class DisaggregatedTrainer {
   // ---- the M2NChannel exchange (groups of ranks) ------------------------------------
 
   /// The four exchanges of an MoE layer and micro-batch; each has a sending end (its
-  /// channel call posts) and a receiving end (its call waits).
+  /// channel call posts) and a receiving end (its try_ call is polled until done).
   enum class Phase { kDispatch, kReturn, kGradDispatch, kGradReturn };
 
-  /// A comm task of the channel mode, on the comm stream, in the agreed order.
-  void communicate(const schedule::Task& task) {
+  /// Starts a comm task of the channel mode, in the agreed order: the sending end of an
+  /// exchange posts its rows (an all-to-all's too: this rank is both ends), a hand-off
+  /// posts its transfer.
+  void start_exchange(const schedule::Task& task) {
     using K = schedule::OpKind;
     const schedule::Op& o = schedule_.ops[static_cast<std::size_t>(task.op)];
     if (o.kind == K::kAllReduce) return;  // the data-parallel reduce follows the step
-    if (o.kind == K::kSend) return hand_off(task);
-    if (o.kind == K::kAllToAll) {  // colocated EP: this rank is both ends of the channel
+    if (o.kind == K::kSend) return start_hand_off(task);
+    if (o.kind == K::kAllToAll || task.kind == schedule::TaskKind::kSend) (void)exchange(o, phase_of(task), true);
+  }
+
+  /// True once a started task is done: the receiving end polls its channel call.
+  bool progress_exchange(const schedule::Task& task) {
+    using K = schedule::OpKind;
+    const schedule::Op& o = schedule_.ops[static_cast<std::size_t>(task.op)];
+    if (o.kind == K::kAllReduce) return true;
+    if (o.kind == K::kSend) return progress_hand_off(task);
+    if (o.kind != K::kAllToAll && task.kind == schedule::TaskKind::kSend) return true;
+    return exchange(o, phase_of(task), false);
+  }
+
+  Phase phase_of(const schedule::Task& task) const {
+    using K = schedule::OpKind;
+    const schedule::Op& o = schedule_.ops[static_cast<std::size_t>(task.op)];
+    if (o.kind == K::kAllToAll) {  // colocated EP: the second follows the experts
       const bool second = after_experts(o);
-      const Phase ph = o.backward ? (second ? Phase::kGradReturn : Phase::kGradDispatch)
-                                  : (second ? Phase::kReturn : Phase::kDispatch);
-      exchange(o, ph, true);
-      return exchange(o, ph, false);
+      return o.backward ? (second ? Phase::kGradReturn : Phase::kGradDispatch)
+                        : (second ? Phase::kReturn : Phase::kDispatch);
     }
     expect(o.kind == K::kDispatch || o.kind == K::kReturn, "DisaggregatedTrainer transfer",
            schedule::describe_op(schedule_, task.op), "an M2N dispatch or N2M return (no stage alignment)");
-    const Phase ph = o.kind == K::kDispatch ? (o.backward ? Phase::kGradDispatch : Phase::kDispatch)
-                                            : (o.backward ? Phase::kGradReturn : Phase::kReturn);
-    exchange(o, ph, task.kind == schedule::TaskKind::kSend);
+    return o.kind == K::kDispatch ? (o.backward ? Phase::kGradDispatch : Phase::kDispatch)
+                                  : (o.backward ? Phase::kGradReturn : Phase::kReturn);
   }
 
   /// True for the all-to-all that follows the experts (combine; backward: dL/dx back).
@@ -628,24 +646,25 @@ class DisaggregatedTrainer {
     });
   }
 
-  /// One end (`send` or receive) of exchange `ph` of op o's layer and micro-batch.
-  void exchange(const schedule::Op& o, Phase ph, bool send) {
+  /// One end (`send` or receive) of exchange `ph` of op o's layer and micro-batch; true
+  /// when that end is done (a send always is, once posted).
+  bool exchange(const schedule::Op& o, Phase ph, bool send) {
     using Side = typename ChannelExchange<Transport, T>::Side;
     const int l = o.layer, j = o.micro_batch;
     const bool from_attention = ph == Phase::kDispatch || ph == Phase::kGradDispatch;
-    exchange_->visit(l, j, send == from_attention ? Side::kAttention : Side::kFfn,
-                     [&](auto& ch) { exchange_on(ch, l, j, ph, send); });
+    return exchange_->visit(l, j, send == from_attention ? Side::kAttention : Side::kFfn,
+                            [&](auto& ch) { return exchange_on(ch, l, j, ph, send); });
   }
 
   template <class Channel>
-  void exchange_on(Channel& ch, int l, int j, Phase ph, bool send) {
+  bool exchange_on(Channel& ch, int l, int j, Phase ph, bool send) {
     const std::int64_t step = step_ + 1;
     Cell& c = cell(j, l);
     const std::size_t h = static_cast<std::size_t>(spec_.hidden), k = static_cast<std::size_t>(spec_.top_k);
     const std::size_t slots = k + static_cast<std::size_t>(spec_.shared_experts);
     switch (ph) {
       case Phase::kDispatch: {
-        if (!send) return ch.receive(step);
+        if (!send) return ch.try_receive(step);
         std::vector<std::int32_t> ids(tokens_ * slots);
         std::vector<float> gates(tokens_ * slots, 1.0f);
         for (std::size_t t = 0; t < tokens_; ++t)
@@ -657,38 +676,47 @@ class DisaggregatedTrainer {
           }
         ch.dispatch(step, {c.tokens.data(), tokens_ * h}, ids, gates);
         c.tokens = Matrix();
-        return;
+        return true;
       }
       case Phase::kReturn: {
-        if (send) return ch.send_return();
+        if (send) {
+          ch.send_return();
+          return true;
+        }
         c.y.resize(static_cast<Eigen::Index>(tokens_), spec_.hidden);
-        ch.combine({c.y.data(), tokens_ * h});
+        if (!ch.try_combine({c.y.data(), tokens_ * h})) return false;
         const Matrix next = c.residual + c.y;  // as colocated: residual + y
         c.residual = c.y = Matrix();
-        return hand_on(j, l, next);
+        hand_on(j, l, next);
+        return true;
       }
       case Phase::kGradDispatch:  // dL/dy towards the experts
-        if (!send) return ch.receive_grad();
+        if (!send) return ch.try_receive_grad();
         if (last(l)) (void)head_gradient(j);
-        return ch.backward_dispatch({c.dy.data(), tokens_ * h});
+        ch.backward_dispatch({c.dy.data(), tokens_ * h});
+        return true;
       case Phase::kGradReturn: {
-        if (send) return ch.send_grad();
-        std::vector<float> d_gates(tokens_ * slots);
+        if (send) {
+          ch.send_grad();
+          return true;
+        }
+        d_gates_.resize(tokens_ * slots);
         c.d_tokens.resize(static_cast<Eigen::Index>(tokens_), spec_.hidden);
-        ch.backward_combine({c.d_tokens.data(), tokens_ * h}, d_gates);
+        if (!ch.try_backward_combine({c.d_tokens.data(), tokens_ * h}, d_gates_)) return false;
         c.d_gates.resize(static_cast<Eigen::Index>(tokens_), spec_.top_k);
         for (std::size_t t = 0; t < tokens_; ++t)
           for (std::size_t s2 = 0; s2 < k; ++s2)
             c.d_gates(static_cast<Eigen::Index>(t), static_cast<Eigen::Index>(s2)) =
-                static_cast<T>(d_gates[t * slots + s2]);
-        return;
+                static_cast<T>(d_gates_[t * slots + s2]);
+        return true;
       }
     }
+    return true;
   }
 
   /// Residual-stream hand-off between attention workers: rank i of one to rank i of the
   /// other, over the world (sends complete by the end of the step).
-  void hand_off(const schedule::Task& task) {
+  void start_hand_off(const schedule::Task& task) {
     const int peer = world_rank(task.peer, index_);
     const int tag = task.op % world_.max_tag();
     if (task.kind == schedule::TaskKind::kSend) {
@@ -697,14 +725,15 @@ class DisaggregatedTrainer {
     }
     auto& buf = wire_[task.op];
     buf.resize(payload_bytes(task.op));
-    auto req = world_.irecv(peer, tag, std::span<std::byte>(buf));
-    if (!world_.wait(req, comm::deadline_after(options_.executor.timeout))) {
-      world_.cancel(req);
-      fail<TimeoutError>("hand-off " + schedule::describe_op(schedule_, task.op) + " from world rank " +
-                             std::to_string(peer),
-                         "no data", "arrival within the deadline (is the peer dead, silent or failed?)");
-    }
+    hand_off_recvs_[task.op] = world_.irecv(peer, tag, std::span<std::byte>(buf));
+  }
+  bool progress_hand_off(const schedule::Task& task) {
+    if (task.kind == schedule::TaskKind::kSend) return true;
+    const auto it = hand_off_recvs_.find(task.op);
+    if (!world_.test(it->second)) return false;
+    hand_off_recvs_.erase(it);
     unpack(task.op);
+    return true;
   }
 
   /// After the program: hand-off sends complete, channels flushed, and the attention
@@ -813,6 +842,8 @@ class DisaggregatedTrainer {
   RankLayout ranks_;
   std::optional<ChannelExchange<Transport, T>> exchange_;
   std::vector<typename Transport::Request> pending_sends_;  // channel mode: hand-offs between A workers
+  std::map<int, typename Transport::Request> hand_off_recvs_;  // channel mode: posted hand-off receives, by op
+  std::vector<float> d_gates_;                                  // channel mode: dL/dgate of one exchange
   std::optional<AttentionStage<Attention>> attention_;
   std::optional<ExpertStage<Experts>> experts_;
   std::vector<std::string> names_;

@@ -11,8 +11,11 @@
 /// micro-batches at once.
 ///
 /// What an op does is the caller's: a handler supplies compute, the bytes of a send,
-/// the buffer of a receive, and what to do when it arrives. Every op's start and end
-/// are recorded (the measured timeline).
+/// the buffer of a receive, and what to do when it arrives (`op_handler`). Exchanges
+/// that are more than one message (`comm::M2NChannel`) come as an `async_comm_handler`
+/// (started in order, then polled until done, many in flight) or, simplest, as a
+/// `blocking_comm_handler` (one call per task, in order). Every op's start and end are
+/// recorded (the measured timeline).
 ///
 /// Faults: an exception in any stream stops the worker's other streams and cancels its
 /// transfers; the error names the worker, the op and the step. A worker on which
@@ -371,6 +374,63 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
       handler.communicate(t);
       m.end = cx.since();
       cx.done.mark(t.op);
+    }
+  };
+  return detail::run_streams(schedule, program, [&](int op) { handler.compute(op); }, options, comm_loop);
+}
+
+/// A handler whose comm tasks are exchanges that progress without blocking (e.g.
+/// `comm::M2NChannel`'s try_ calls): `compute(op)` as for `op_handler`; `start(task)` when
+/// the task heads the comm stream and its dependencies are done (in the program's order:
+/// it posts what it can), then `progress(task)` until it returns true (done).
+template <class H>
+concept async_comm_handler = requires(H& h, int op, const schedule::Task& t) {
+  h.compute(op);
+  h.start(t);
+  { h.progress(t) } -> std::same_as<bool>;
+};
+
+/// Runs `program` with an async-comm handler: tasks start strictly in order and then
+/// progress concurrently, so one comm stream serves many exchanges in flight. A worker
+/// on which no task starts, completes or progresses for `options.timeout` reports a
+/// TimeoutError naming the oldest task in flight. Faults as for run_worker.
+template <async_comm_handler H>
+std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const schedule::WorkerProgram& program,
+                                   H& handler, const ExecutorOptions& options = {}) {
+  using Clock = std::chrono::steady_clock;
+  const auto& tasks = program.streams[static_cast<std::size_t>(schedule::Stream::kComm)];
+  auto comm_loop = [&](detail::CommContext& cx, int& current) {
+    std::vector<const schedule::Task*> flight;  // started, oldest first
+    std::size_t next = 0;
+    while (!cx.stop.load() && (next < tasks.size() || !flight.empty())) {
+      bool progressed = false;
+      for (std::size_t i = 0; i < flight.size();) {
+        const schedule::Task& t = *flight[i];
+        current = t.op;
+        if (!handler.progress(t)) {
+          ++i;
+          continue;
+        }
+        cx.times[static_cast<std::size_t>(t.op)].end = cx.since();
+        flight.erase(flight.begin() + static_cast<std::ptrdiff_t>(i));
+        cx.done.mark(t.op);
+        progressed = true;
+      }
+      if (next < tasks.size() && cx.done.all_done(tasks[next].deps)) {
+        const schedule::Task& t = tasks[next++];
+        current = t.op;
+        cx.times[static_cast<std::size_t>(t.op)].start = cx.since();
+        cx.done.touch();  // starting a task is progress
+        handler.start(t);
+        flight.push_back(&t);
+        progressed = true;
+      }
+      if (progressed) continue;
+      if (Clock::now() - cx.done.last_progress() > options.timeout) {
+        current = !flight.empty() ? flight.front()->op : tasks[next].op;
+        detail::no_progress(options);
+      }
+      cx.done.wait_for_change(std::chrono::microseconds(flight.empty() ? 200 : 20));
     }
   };
   return detail::run_streams(schedule, program, [&](int op) { handler.compute(op); }, options, comm_loop);

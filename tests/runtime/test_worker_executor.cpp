@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+// run_worker with an async_comm_handler, on a lowered AF-Pipe program of one worker and a
+// handler with no peers whose comm tasks finish after a few polls: tasks start in the
+// program's order and only once their dependencies are done, several are in flight at
+// once, every op runs once, and a task that never finishes is a TimeoutError naming it.
+#include <disagmoe/runtime/disaggregated_options.hpp>
+#include <disagmoe/runtime/worker_executor.hpp>
+#include <disagmoe/schedule/describe.hpp>
+#include <disagmoe/schedule/lowering.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace rt = disagmoe::runtime;
+namespace ds = disagmoe::schedule;
+
+namespace {
+
+ds::Schedule small_schedule() {
+  disagmoe::ModelSpec m;
+  m.layers = 3;
+  m.hidden = 8;
+  m.heads = 2;
+  m.kv_heads = 1;
+  m.head_dim = 4;
+  m.experts = 4;
+  m.top_k = 2;
+  m.expert_ffn = 6;
+  m.vocab = 16;
+  m.seq_len = 4;
+  m.micro_batch = 1;
+  rt::DisaggregatedOptions o;
+  o.pairs = 1;
+  return rt::build_schedule(m, o, 4);
+}
+
+// Comm tasks finish on their `polls`-th progress call (never when polls < 0).
+struct CountingHandler {
+  std::mutex mu;
+  std::vector<int> ran;                 // compute ops, as run
+  std::vector<int> started;             // comm tasks, in start order
+  std::map<int, int> polls_left;        // in flight: polls until done
+  std::vector<char> finished;           // comm ops done
+  std::size_t max_in_flight = 0;
+  int polls = 3;
+  int never = -1;                       // this op never finishes
+
+  void compute(int op) {
+    const std::lock_guard lock(mu);
+    ran.push_back(op);
+  }
+  void start(const ds::Task& t) {
+    for (int d : t.deps) REQUIRE((finished[static_cast<std::size_t>(d)] || done_compute(d)));
+    started.push_back(t.op);
+    polls_left[t.op] = polls;
+    max_in_flight = std::max(max_in_flight, polls_left.size());
+  }
+  bool progress(const ds::Task& t) {
+    if (t.op == never) return false;
+    if (--polls_left.at(t.op) > 0) return false;
+    polls_left.erase(t.op);
+    finished[static_cast<std::size_t>(t.op)] = 1;
+    return true;
+  }
+  bool done_compute(int op) {
+    const std::lock_guard lock(mu);
+    return std::find(ran.begin(), ran.end(), op) != ran.end();
+  }
+};
+static_assert(rt::async_comm_handler<CountingHandler>);
+
+}  // namespace
+
+TEST_CASE("async comm: in-order starts after dependencies, several exchanges in flight, every op once") {
+  const ds::Schedule s = small_schedule();
+  const ds::LoweredSchedule low = ds::lower(s);
+  for (const auto& program : low.workers) {
+    CAPTURE(program.worker);
+    CountingHandler h;
+    h.finished.assign(s.ops.size(), 0);
+    rt::ExecutorOptions opt;
+    opt.timeout = std::chrono::milliseconds(5000);
+    const auto times = rt::run_worker(s, program, h, opt);
+    std::vector<int> comm_order;
+    for (const auto& t : program.streams[static_cast<std::size_t>(ds::Stream::kComm)]) comm_order.push_back(t.op);
+    CHECK(h.started == comm_order);
+    std::size_t computes = program.streams[0].size() + program.streams[1].size();
+    CHECK(h.ran.size() == computes);
+    for (const auto& stream : program.streams)
+      for (const auto& t : stream) {
+        const auto& m = times[static_cast<std::size_t>(t.op)];
+        CHECK(m.start >= 0);
+        CHECK(m.end >= m.start);
+        for (int d : t.deps) CHECK(times[static_cast<std::size_t>(d)].end <= m.start);
+      }
+    if (comm_order.size() > 4) CHECK(h.max_in_flight > 1);
+  }
+}
+
+TEST_CASE("async comm: a task that never finishes is a TimeoutError naming worker, step and op") {
+  const ds::Schedule s = small_schedule();
+  const ds::LoweredSchedule low = ds::lower(s);
+  const auto& program = low.workers[0];
+  const auto& comm = program.streams[static_cast<std::size_t>(ds::Stream::kComm)];
+  REQUIRE(!comm.empty());
+  CountingHandler h;
+  h.finished.assign(s.ops.size(), 0);
+  h.never = comm.front().op;
+  rt::ExecutorOptions opt;
+  opt.timeout = std::chrono::milliseconds(300);
+  opt.step = 7;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    (void)rt::run_worker(s, program, h, opt);
+  } catch (const disagmoe::TimeoutError& e) {
+    what = e.what();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CAPTURE(what);
+  CHECK(seconds < 3.0);
+  CHECK(what.find("worker " + s.workers[0].name + ", step 7, " + ds::describe_op(s, h.never)) != std::string::npos);
+  CHECK(what.find("no progress") != std::string::npos);
+}
