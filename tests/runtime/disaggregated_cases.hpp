@@ -134,4 +134,23 @@ inline void check_same_stats(const std::vector<rt::StepStats>& ref, const std::v
   }
 }
 
+/// The statistics of every step agree to float rounding (groups of ranks regroup sums).
+inline void check_close_stats(const std::vector<rt::StepStats>& ref, const std::vector<rt::StepStats>& got) {
+  REQUIRE(ref.size() == got.size());
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i].loss == doctest::Approx(ref[i].loss).epsilon(1e-6));
+    CHECK(got[i].aux_loss == doctest::Approx(ref[i].aux_loss).epsilon(1e-6));
+    CHECK(got[i].grad_norm == doctest::Approx(ref[i].grad_norm).epsilon(1e-5));
+  }
+}
+
+/// Every tensor of `got` within 1e-4 of the largest entry of its namesake in `ref` (after a
+/// few AdamW steps float rounding leaves about 2e-5).
+inline void check_close_parameters(const Parameters& ref, const Parameters& got) {
+  const double worst = max_tensor_rel_diff(ref, got);
+  MESSAGE("largest relative parameter difference " << worst);
+  CHECK(worst < 1e-4);
+}
+
 }  // namespace disaggregated_test

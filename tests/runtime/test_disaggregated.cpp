@@ -133,16 +133,9 @@ TEST_CASE("M2NChannel exchange: data-parallel A-ranks and expert-parallel F-rank
     opt.policy.fuse_combine_dispatch = false;
     const Run ref = colocated(spec, c.micro_batches * c.attention_ranks, data);
     const Run got = disaggregated(spec, c.micro_batches, data, opt, Experts(spec, {}));
-    REQUIRE(got.stats.size() == ref.stats.size());
-    for (std::size_t i = 0; i < ref.stats.size(); ++i) {
-      CHECK(got.stats[i].loss == doctest::Approx(ref.stats[i].loss).epsilon(1e-6));
-      CHECK(got.stats[i].aux_loss == doctest::Approx(ref.stats[i].aux_loss).epsilon(1e-6));
-      CHECK(got.stats[i].grad_norm == doctest::Approx(ref.stats[i].grad_norm).epsilon(1e-5));
-    }
+    check_close_stats(ref.stats, got.stats);
     REQUIRE(got.params.size() == ref.params.size());
-    const double worst = max_tensor_rel_diff(ref.params, got.params);
-    MESSAGE("largest relative parameter difference " << worst);
-    CHECK(worst < 1e-4);
+    check_close_parameters(ref.params, got.params);
   }
 }
 
@@ -185,15 +178,9 @@ TEST_CASE("colocated expert-parallel baselines (1F1B, A2A overlap) on the same r
       check_identical(ref, got);
       continue;
     }
-    REQUIRE(got.stats.size() == ref.stats.size());
-    for (std::size_t i = 0; i < ref.stats.size(); ++i) {
-      CHECK(got.stats[i].loss == doctest::Approx(ref.stats[i].loss).epsilon(1e-6));
-      CHECK(got.stats[i].grad_norm == doctest::Approx(ref.stats[i].grad_norm).epsilon(1e-5));
-    }
+    check_close_stats(ref.stats, got.stats);
     REQUIRE(got.params.size() == ref.params.size());
-    const double worst = max_tensor_rel_diff(ref.params, got.params);
-    MESSAGE("largest relative parameter difference " << worst);
-    CHECK(worst < 1e-4);
+    check_close_parameters(ref.params, got.params);
   }
 }
 

@@ -3,6 +3,8 @@
 // handler with no peers whose comm tasks finish after a few polls: tasks start in the
 // program's order and only once their dependencies are done, several are in flight at
 // once, every op runs once, and a task that never finishes is a TimeoutError naming it.
+#include "disaggregated_cases.hpp"
+
 #include <disagmoe/runtime/disaggregated_options.hpp>
 #include <disagmoe/runtime/worker_executor.hpp>
 #include <disagmoe/schedule/describe.hpp>
@@ -23,21 +25,11 @@ namespace ds = disagmoe::schedule;
 namespace {
 
 ds::Schedule small_schedule() {
-  disagmoe::ModelSpec m;
-  m.layers = 3;
-  m.hidden = 8;
-  m.heads = 2;
-  m.kv_heads = 1;
-  m.head_dim = 4;
-  m.experts = 4;
-  m.top_k = 2;
-  m.expert_ffn = 6;
-  m.vocab = 16;
-  m.seq_len = 4;
-  m.micro_batch = 1;
+  auto spec = disaggregated_test::spec_of(3, 2, 0, 0);
+  spec.micro_batch = 1;
   rt::DisaggregatedOptions o;
   o.pairs = 1;
-  return rt::build_schedule(m, o, 4);
+  return rt::build_schedule(spec, o, 4);
 }
 
 // Comm tasks finish on their `polls`-th progress call (never when polls < 0).
