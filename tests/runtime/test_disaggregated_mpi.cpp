@@ -43,6 +43,24 @@ struct ThrowingExperts : Experts {
   }
 };
 
+// Three steps under `opt` (2 micro-batches of 2 sequences per A-rank) against the
+// colocated trainer run with attention_ranks x the micro-batches, to float rounding.
+void check_close_to_colocated(dm::mpi::Transport& world, const dm::ModelSpec& spec, const rt::DisaggregatedOptions& opt) {
+  const int m = 2;
+  const auto data = batches(3, 2 * m * opt.attention_ranks, spec.seq_len);
+  const Run ref = colocated(spec, m * opt.attention_ranks, data);
+  const mo::DecoderOptions o;
+  rt::DisaggregatedTrainer<Attention, Experts, dm::mpi::Transport> tr(Attention(spec, o), Experts(spec, o), spec,
+                                                                     train_options(m), opt, world);
+  std::vector<rt::StepStats> stats;
+  for (const auto& b : data) stats.push_back(tr.step(b.view()));
+  check_close_stats(ref.stats, stats);
+  Parameters mine;
+  if (tr.attention() != nullptr) collect(tr.attention()->parameters(), mine);
+  if (tr.experts() != nullptr) collect(tr.experts()->parameters(), mine);
+  check_close_parameters(ref.params, mine);
+}
+
 }  // namespace
 
 TEST_CASE("mpi: disaggregated AF-Pipe equals the colocated trainer bit for bit on every rank") {
@@ -92,20 +110,7 @@ TEST_CASE("mpi: groups of ranks through M2NChannel match the colocated trainer")
   opt.policy.fuse_combine_dispatch = false;
   opt.executor.timeout = std::chrono::milliseconds(30000);
   REQUIRE(opt.pairs * (opt.attention_ranks + opt.ffn_ranks) == size);
-  const auto spec = spec_of(2 * opt.pairs + 1, 2, 1, 1);
-  const int m = 2;
-  const auto data = batches(3, 2 * m * opt.attention_ranks, spec.seq_len);
-  const Run ref = colocated(spec, m * opt.attention_ranks, data);
-  const mo::DecoderOptions o;
-  rt::DisaggregatedTrainer<Attention, Experts, dm::mpi::Transport> tr(Attention(spec, o), Experts(spec, o), spec,
-                                                                     train_options(m), opt, world);
-  std::vector<rt::StepStats> stats;
-  for (const auto& b : data) stats.push_back(tr.step(b.view()));
-  check_close_stats(ref.stats, stats);
-  Parameters mine;
-  if (tr.attention() != nullptr) collect(tr.attention()->parameters(), mine);
-  if (tr.experts() != nullptr) collect(tr.experts()->parameters(), mine);
-  check_close_parameters(ref.params, mine);
+  check_close_to_colocated(world, spec_of(2 * opt.pairs + 1, 2, 1, 1), opt);
 }
 
 TEST_CASE("mpi: the colocated expert-parallel baselines match the colocated trainer") {
@@ -124,20 +129,7 @@ TEST_CASE("mpi: the colocated expert-parallel baselines match the colocated trai
     opt.pairs = c.stages;
     opt.attention_ranks = opt.ffn_ranks = size / c.stages;
     opt.executor.timeout = std::chrono::milliseconds(30000);
-    const auto spec = spec_of(4, 2, 1, 1);
-    const int m = 2;
-    const auto data = batches(3, 2 * m * opt.attention_ranks, spec.seq_len);
-    const Run ref = colocated(spec, m * opt.attention_ranks, data);
-    const mo::DecoderOptions o;
-    rt::DisaggregatedTrainer<Attention, Experts, dm::mpi::Transport> tr(Attention(spec, o), Experts(spec, o), spec,
-                                                                       train_options(m), opt, world);
-    std::vector<rt::StepStats> stats;
-    for (const auto& b : data) stats.push_back(tr.step(b.view()));
-    check_close_stats(ref.stats, stats);
-    Parameters mine;
-    collect(tr.attention()->parameters(), mine);
-    collect(tr.experts()->parameters(), mine);
-    check_close_parameters(ref.params, mine);
+    check_close_to_colocated(world, spec_of(4, 2, 1, 1), opt);
   }
 }
 
