@@ -48,6 +48,7 @@
 #include <disagmoe/runtime/colocated_trainer.hpp>
 #include <disagmoe/runtime/disaggregated_options.hpp>
 #include <disagmoe/runtime/parameter_wire.hpp>
+#include <disagmoe/runtime/rank_agreement.hpp>
 #include <disagmoe/runtime/worker_executor.hpp>
 #include <disagmoe/schedule/afpipe.hpp>
 #include <disagmoe/schedule/lowering.hpp>
@@ -60,6 +61,7 @@
 #include <span>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -366,23 +368,15 @@ class DisaggregatedTrainer {
        << spec_.shared_experts << ' ' << spec_.top_k << ' ' << spec_.seq_len << ' ' << spec_.vocab << ' ' << channel_;
     for (int e = 0; e < spec_.experts; ++e) os << ' ' << expert_rank_of(e);
     const std::string text = os.str();
-    const std::int64_t mine[2] = {comm::ChannelFingerprint::hash(text.data(), text.size()),
-                                  comm::ChannelFingerprint::hash(lowered_.position.data(),
-                                                                 lowered_.position.size() * sizeof(int))};
-    const auto all = comm::all_gather(world_, std::as_bytes(std::span(mine)), world_.max_tag(),
-                                      comm::deadline_after(options_.executor.timeout), "program fingerprints");
-    for (std::size_t r = 0; r < all.size(); ++r) {
-      std::int64_t theirs[2] = {0, 0};
-      expect(all[r].size() == sizeof theirs, "program fingerprint bytes of rank " + std::to_string(r), all[r].size(),
-             std::to_string(sizeof theirs));
-      std::memcpy(theirs, all[r].data(), sizeof theirs);
-      expect(theirs[0] == mine[0], "layout and model fingerprint of rank " + std::to_string(r), theirs[0],
-             std::to_string(mine[0]) + " as on rank " + std::to_string(rank_) +
-                 " (every rank runs the same pairs, ranks, policy, micro-batches, batch and model)");
-      expect(theirs[1] == mine[1], "comm order fingerprint of rank " + std::to_string(r), theirs[1],
-             std::to_string(mine[1]) + " as on rank " + std::to_string(rank_) +
-                 " (the lowering's simulation must agree bit for bit: one build on every rank)");
-    }
+    check_same_fingerprints<Transport, 2>(
+        world_,
+        {comm::ChannelFingerprint::hash(text.data(), text.size()),
+         comm::ChannelFingerprint::hash(lowered_.position.data(), lowered_.position.size() * sizeof(int))},
+        {FingerprintMeaning{"layout and model fingerprint",
+                            "every rank runs the same pairs, ranks, policy, micro-batches, batch and model"},
+         FingerprintMeaning{"comm order fingerprint",
+                            "the lowering's simulation must agree bit for bit: one build on every rank"}},
+        options_.executor.timeout);
   }
 
   std::span<const int> slice(std::span<const int> all, int mb) const {
@@ -755,28 +749,13 @@ class DisaggregatedTrainer {
   /// Every worker learns the sorted list of all parameter names (the canonical order of
   /// the gradient norm) and where its own slots sit in it.
   void agree_on_parameters() {
-    std::string mine;
+    std::vector<std::string> mine;
     std::int64_t count = 0;
     for_each_reported_parameter_set([&](auto& ps) {
       count += ps.count();
-      for (const auto& s : ps.slots()) mine += s.name + '\n';
+      for (const auto& s : ps.slots()) mine.push_back(s.name);
     });
-    mine += std::to_string(count);
-    const auto all = comm::all_gather(world_, std::as_bytes(std::span(mine.data(), mine.size())), world_.max_tag(),
-                                      comm::deadline_after(options_.executor.timeout), "parameter names");
-    std::vector<std::string> names;
-    total_parameters_ = 0;
-    for (const auto& bytes : all) {
-      std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-      std::size_t start = 0;
-      for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1)
-        names.push_back(text.substr(start, nl - start));
-      total_parameters_ += std::stoll(text.substr(start));
-    }
-    std::sort(names.begin(), names.end());
-    for (std::size_t i = 1; i < names.size(); ++i)
-      expect(names[i] != names[i - 1], "parameter name", names[i], "held by exactly one worker");
-    names_ = std::move(names);
+    std::tie(names_, total_parameters_) = agree_on_parameter_names(world_, mine, count, options_.executor.timeout);
   }
 
   /// Losses per (micro-batch, layer) and gradient square sums per parameter, each with
@@ -804,15 +783,7 @@ class DisaggregatedTrainer {
             std::decay_t<decltype(ps)>::grad_square_sum(s);
       }
     });
-    const auto all = comm::all_gather(world_, std::as_bytes(std::span(v)), world_.max_tag(),
-                                      comm::deadline_after(options_.executor.timeout), "step statistics");
-    std::vector<double> sum(v.size(), 0.0);
-    for (const auto& bytes : all) {  // exactly one rank contributes each entry: the sum is exact
-      expect(bytes.size() == v.size() * sizeof(double), "step statistics bytes", bytes.size(), "the same on every worker");
-      std::vector<double> x(v.size());
-      std::memcpy(x.data(), bytes.data(), bytes.size());
-      for (std::size_t i = 0; i < v.size(); ++i) sum[i] += x[i];
-    }
+    const std::vector<double> sum = sum_over_ranks(world_, v, options_.executor.timeout, "step statistics");
     StepStats st;  // in the colocated trainer's order
     for (int q = 0; q < m; ++q) {
       st.loss += sum[static_cast<std::size_t>(q)] / m;
