@@ -13,9 +13,8 @@
 /// What an op does is the caller's: a handler supplies compute, the bytes of a send,
 /// the buffer of a receive, and what to do when it arrives (`op_handler`). Exchanges
 /// that are more than one message (`comm::M2NChannel`) come as an `async_comm_handler`
-/// (started in order, then polled until done, many in flight) or, simplest, as a
-/// `blocking_comm_handler` (one call per task, in order). Every op's start and end are
-/// recorded (the measured timeline).
+/// (started in order, then polled until done, many in flight). Every op's start and end
+/// are recorded (the measured timeline).
 ///
 /// Faults: an exception in any stream stops the worker's other streams and cancels its
 /// transfers; the error names the worker, the op and the step. A worker on which
@@ -338,42 +337,6 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
         }
         cx.done.wait_for_change(std::chrono::microseconds(flight.empty() ? 200 : 20));
       }
-    }
-  };
-  return detail::run_streams(schedule, program, [&](int op) { handler.compute(op); }, options, comm_loop);
-}
-
-/// A handler whose transfers are blocking calls of its own (e.g. `comm::M2NChannel`
-/// exchanges, collective over a group): `compute(op)` as for `op_handler`, and
-/// `communicate(task)` for every comm task, called in the program's order once the
-/// task's dependencies are done. The handler's calls enforce their own deadlines.
-template <class H>
-concept blocking_comm_handler = requires(H& h, int op, const schedule::Task& t) {
-  h.compute(op);
-  h.communicate(t);
-};
-
-/// Runs `program` with a blocking-comm handler: the comm stream runs its tasks strictly
-/// in order (deadlock-free by the lowering's agreed order). Faults as for run_worker.
-template <blocking_comm_handler H>
-std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const schedule::WorkerProgram& program,
-                                   H& handler, const ExecutorOptions& options = {}) {
-  using Clock = std::chrono::steady_clock;
-  const auto& tasks = program.streams[static_cast<std::size_t>(schedule::Stream::kComm)];
-  auto comm_loop = [&](detail::CommContext& cx, int& current) {
-    for (const auto& t : tasks) {
-      current = t.op;
-      while (!cx.done.all_done(t.deps)) {
-        if (cx.stop.load()) return;
-        if (Clock::now() - cx.done.last_progress() > options.timeout) detail::no_progress(options);
-        cx.done.wait_for_change(std::chrono::microseconds(200));
-      }
-      if (cx.stop.load()) return;
-      auto& m = cx.times[static_cast<std::size_t>(t.op)];
-      m.start = cx.since();
-      handler.communicate(t);
-      m.end = cx.since();
-      cx.done.mark(t.op);
     }
   };
   return detail::run_streams(schedule, program, [&](int op) { handler.compute(op); }, options, comm_loop);
