@@ -3,6 +3,8 @@
 // permute   : dst[i] = src[perm[i]] for a random permutation (every row moved once);
 // unpermute : out[t] = sum_j w_tj * src[pos_tj] (top-k weighted combine, the return
 //             path), compared with memcpy of the bytes it reads.
+// (b) Per-call cost of a small two-thread gather (a micro-batch's rows): the kernels'
+//     thread pool against starting a thread per call, as the kernels did before.
 #include <disagmoe/backend/host/token_kernels.hpp>
 
 #include <algorithm>
@@ -11,10 +13,23 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 namespace {
 using Clock = std::chrono::steady_clock;
+
+/// The peer of (b): the same chunking, the extra chunk on a thread started for the call.
+void gather_spawning(const std::vector<float>& src, std::size_t width, const std::vector<std::int64_t>& index,
+                     std::vector<float>& dst) {
+  const std::size_t n = index.size(), half = (n + 1) / 2;
+  auto body = [&](std::size_t b, std::size_t e) {
+    for (std::size_t i = b; i < e; ++i)
+      std::memcpy(dst.data() + i * width, src.data() + static_cast<std::size_t>(index[i]) * width, width * sizeof(float));
+  };
+  std::jthread other([&] { body(half, n); });
+  body(0, half);
+}
 
 template <class F>
 double median_seconds(int reps, F&& f) {
@@ -65,5 +80,24 @@ int main() {
     std::printf("%-28s %8d %10.2f %10.2f %7.0f%%\n", "unpermute (k=2 combine)", threads, bytes / t_comb / 1e9, copy_gbs,
                 100.0 * t_copy / t_comb);
   }
+
+  // (b) small calls: 64 rows of 4 KiB, two threads forced (no minimum work per thread).
+  const std::size_t small = 64;
+  std::vector<std::int64_t> small_index(perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(small));
+  std::vector<float> small_dst(small * width);
+  const host::KernelOptions forced{2, 0};
+  const int calls = 2000;
+  const double t_pool = median_seconds(reps, [&] {
+    for (int c = 0; c < calls; ++c) host::gather_rows<float>(src, width, small_index, small_dst, forced, false);
+  });
+  const double t_spawn = median_seconds(reps, [&] {
+    for (int c = 0; c < calls; ++c) gather_spawning(src, width, small_index, small_dst);
+  });
+  std::printf("\n# small gathers: %zu rows x %zu fp32 per call, 2 threads, %d calls, median of %d\n", small, width,
+              calls, reps);
+  std::printf("%-28s %12s\n", "threads from", "us per call");
+  std::printf("%-28s %12.2f\n", "the kernels' pool", 1e6 * t_pool / calls);
+  std::printf("%-28s %12.2f\n", "a thread started per call", 1e6 * t_spawn / calls);
+  std::printf("%-28s %11.2fx\n", "pool speed-up", t_spawn / t_pool);
   return 0;
 }

@@ -10,6 +10,7 @@
 /// `-ffp-contract=off` where FMA contraction could differ between call sites).
 #pragma once
 
+#include <disagmoe/backend/host/thread_pool.hpp>
 #include <disagmoe/error.hpp>
 
 #include <algorithm>
@@ -17,7 +18,6 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
-#include <thread>
 #include <vector>
 
 namespace disagmoe::host {
@@ -26,31 +26,31 @@ namespace disagmoe::host {
 struct KernelOptions {
   /// Most threads one call may use (1 = the calling thread only).
   int threads = 1;
-  /// Work per extra thread below which no thread is started (spawning costs ~20 us).
+  /// Work per extra thread below which no extra thread is used (a wake-up costs microseconds).
   std::size_t min_bytes_per_thread = std::size_t{1} << 21;
+  /// Where the extra threads come from (nullptr: `ThreadPool::shared()`).
+  ThreadPool* pool = nullptr;
 };
 
-/// Calls `body(begin, end)` on disjoint contiguous chunks covering [0, n), using up
-/// to `opts.threads` threads when `bytes` of work make it pay. The chunking depends
-/// only on n and the thread count actually used; `body` must write disjoint outputs.
+/// Calls `body(begin, end)` on disjoint contiguous chunks covering [0, n), on up to
+/// `opts.threads` threads of the pool when `bytes` of work make it pay. The chunking
+/// depends only on n and the chunk count; `body` must write disjoint outputs.
 template <class Body>
 void parallel_for(std::size_t n, std::size_t bytes, const KernelOptions& opts, Body&& body) {
-  std::size_t threads = static_cast<std::size_t>(std::max(1, opts.threads));
+  std::size_t chunks = static_cast<std::size_t>(std::max(1, opts.threads));
   if (opts.min_bytes_per_thread > 0)
-    threads = std::min(threads, std::max<std::size_t>(1, bytes / opts.min_bytes_per_thread));
-  threads = std::min(threads, std::max<std::size_t>(1, n));
-  if (threads <= 1) {
+    chunks = std::min(chunks, std::max<std::size_t>(1, bytes / opts.min_bytes_per_thread));
+  chunks = std::min(chunks, std::max<std::size_t>(1, n));
+  if (chunks <= 1) {
     body(std::size_t{0}, n);
     return;
   }
-  const std::size_t chunk = (n + threads - 1) / threads;
-  std::vector<std::jthread> pool;
-  pool.reserve(threads - 1);
-  for (std::size_t i = 1; i < threads; ++i) {
+  const std::size_t chunk = (n + chunks - 1) / chunks;
+  ThreadPool& pool = opts.pool != nullptr ? *opts.pool : ThreadPool::shared();
+  pool.run(chunks, [&](std::size_t i) {
     const std::size_t b = std::min(n, i * chunk), e = std::min(n, b + chunk);
-    pool.emplace_back([&body, b, e] { body(b, e); });
-  }
-  body(std::size_t{0}, std::min(n, chunk));
+    body(b, e);
+  });
 }
 
 /// counts[b] = number of i with bins[i] == b. Throws ConfigError naming the first
@@ -212,6 +212,30 @@ T row_dot(const T* a, const T* b, std::size_t width) {
   T acc{};
   for (std::size_t c = 0; c < width; ++c) acc += a[c] * b[c];
   return acc;
+}
+
+/// The dL/dgate reduction of a combined row: for every row r and term q in
+/// [seg[r], seg[r+1]), out[r * top_k + slot[q]] = row_dot(outputs row pos[q], grad row r),
+/// every other entry of row r zero. Shapes: grad [rows x width], out [rows x top_k].
+/// O(seg.back() * width).
+template <class T>
+void gate_gradients(std::span<const T> outputs, std::span<const T> grad, std::size_t width,
+                    std::span<const std::int64_t> seg, std::span<const std::int64_t> pos,
+                    std::span<const std::int32_t> slot, std::size_t top_k, std::span<float> out) {
+  expect(!seg.empty(), "gate_gradients seg.size()", 0, ">= 1");
+  const std::size_t rows = seg.size() - 1;
+  detail::check_rows(out.size(), top_k, rows, "gate_gradients out.size()");
+  detail::check_rows(grad.size(), width, rows, "gate_gradients grad.size()");
+  const auto out_rows = static_cast<std::int64_t>(width == 0 ? 0 : outputs.size() / width);
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::fill_n(out.data() + r * top_k, top_k, 0.0f);
+    for (auto q = static_cast<std::size_t>(seg[r]); q < static_cast<std::size_t>(seg[r + 1]); ++q) {
+      if (pos[q] < 0 || pos[q] >= out_rows) fail("gate_gradients pos[q]", pos[q], "a row of outputs");
+      if (slot[q] < 0 || static_cast<std::size_t>(slot[q]) >= top_k) fail("gate_gradients slot[q]", slot[q], "a slot in [0, top_k)");
+      out[r * top_k + static_cast<std::size_t>(slot[q])] = static_cast<float>(
+          row_dot(outputs.data() + static_cast<std::size_t>(pos[q]) * width, grad.data() + r * width, width));
+    }
+  }
 }
 
 }  // namespace disagmoe::host
