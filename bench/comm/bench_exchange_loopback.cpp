@@ -37,7 +37,9 @@ int main() {
       std::vector<double> t_m2n, t_base;
       std::int64_t m2n_rows = 0, base_rows = 0;
       host::run_ranks(world, [&](host::LoopbackTransport& t) {
-        comm::M2NChannel<host::LoopbackTransport> ch(t, bench::channel_config(w));
+        host::Backend backend;
+        auto stream = host::Stream::caller();
+        bench::HostChannel<host::LoopbackTransport> ch(t, bench::channel_config(w), backend, stream);
         bench::PairwiseExchange<host::LoopbackTransport> base(t, w);
         std::vector<float> out;
         for (int it = 0; it < 2 * reps + 2; ++it) {

@@ -83,7 +83,9 @@ int main(int argc, char** argv) {
                 reps, "routing", "m2n rows", "a2av rows", "bytes", "m2n ms", "a2av ms", "time");
   for (bool correlated : {false, true}) {
     const auto w = bench::make_workload(2, 2, 16, 4, 1024, 1024, correlated, 42);
-    comm::M2NChannel<mpi::Transport> ch(world, bench::channel_config(w));
+    host::Backend backend;
+    auto stream = host::Stream::caller();
+    bench::HostChannel<mpi::Transport> ch(world, bench::channel_config(w), backend, stream);
     AlltoallvExchange base(w, world.rank(), world.size());
     std::vector<double> t_m2n, t_base;
     std::vector<float> out;

@@ -5,6 +5,7 @@
 // all-to-all dispatcher without duplicate removal, e.g. Megatron's `alltoall`, ships).
 #pragma once
 
+#include <disagmoe/backend/host/backend.hpp>
 #include <disagmoe/backend/host/token_kernels.hpp>
 #include <disagmoe/comm/m2n_channel.hpp>
 
@@ -64,9 +65,13 @@ inline void expert_compute(std::span<const float> in, std::span<float> out) {
   for (std::size_t i = 0; i < in.size(); ++i) out[i] = 0.5f * in[i];
 }
 
-/// One layer through M2NChannel on pair rank `me` (A-ranks first).
 template <class T>
-void m2n_step(disagmoe::comm::M2NChannel<T>& ch, const Workload& w, int me, std::int64_t step, std::vector<float>& out) {
+using HostChannel = disagmoe::comm::M2NChannel<T, disagmoe::host::Backend>;
+
+/// One layer through M2NChannel on pair rank `me` (A-ranks first), kernels on a
+/// caller-served stream.
+template <class T>
+void m2n_step(HostChannel<T>& ch, const Workload& w, int me, std::int64_t step, std::vector<float>& out) {
   if (me < w.m) {
     const auto a = static_cast<std::size_t>(me);
     out.resize(w.tokens * static_cast<std::size_t>(w.h));

@@ -6,6 +6,7 @@
 // Failures throw std::runtime_error naming the seed, rank and what differed.
 #pragma once
 
+#include <disagmoe/backend/host/backend.hpp>
 #include <disagmoe/comm/m2n_channel.hpp>
 
 #include <algorithm>
@@ -21,6 +22,20 @@ namespace exchange {
 
 using disagmoe::comm::ChannelConfig;
 using disagmoe::comm::M2NChannel;
+template <class T>
+using Channel = M2NChannel<T, disagmoe::host::Backend>;
+
+/// The back end and comm stream one rank's channel runs on: kernel threads, and a stream
+/// served by the caller or (`threaded`) by a thread of its own.
+struct Device {
+  explicit Device(int kernel_threads = 1, bool threaded = false)
+      : backend(disagmoe::host::KernelOptions{kernel_threads, 0}),
+        stream(threaded ? disagmoe::host::Stream::threaded("comm") : disagmoe::host::Stream::caller()) {}
+  disagmoe::host::Backend backend;
+  disagmoe::host::Stream stream;
+  /// Results of the channel's kernels are readable after this.
+  void sync() { stream.synchronize(); }
+};
 
 /// One A-rank's batch of one step.
 struct Batch {
@@ -212,15 +227,16 @@ inline ChannelConfig config_of(const Problem& p, int timeout_ms) {
 }
 
 /// Runs all steps of `p` (forward, return, backward) on this world rank and checks
-/// every output against the oracles. Collective over `world`.
+/// every output against the oracles. Collective over `world`. `threaded`: the channel's
+/// kernels run on a stream with a thread of its own (results read after a sync).
 template <class T>
-void run_exchange(T& world, const Problem& p, int kernel_threads = 1) {
+void run_exchange(T& world, const Problem& p, int kernel_threads = 1, bool threaded = false) {
   const int me = world.rank();
   auto pair = world.split(p.pair_members);
   if (!pair) return;  // idle rank
   auto cfg = config_of(p, 3000);  // generous for a shared 2-core machine; a failing rank costs this much
-  cfg.kernels = disagmoe::host::KernelOptions{kernel_threads, 0};
-  M2NChannel<T> ch(*pair, cfg);
+  Device dev(kernel_threads, threaded);
+  Channel<T> ch(*pair, cfg, dev.backend, dev.stream);
   const auto h = static_cast<std::size_t>(p.h), k = static_cast<std::size_t>(p.k);
   for (int s = 0; s < p.steps; ++s) {
     const auto& step = p.batches[static_cast<std::size_t>(s)];
@@ -229,6 +245,7 @@ void run_exchange(T& world, const Problem& p, int kernel_threads = 1) {
       const auto ex = oracle(p, b);
       std::vector<float> out(b.tokens * h, -1);
       ch.receive_return(s, out);
+      dev.sync();
       verify(same_result(p, out.data(), ex.y.data(), out.size()), p, me, "handed-off output differs from the oracle, step " + std::to_string(s));
       ch.backward_dispatch(b.grad_out);
     } else if (pair->rank() < p.m) {
@@ -246,15 +263,18 @@ void run_exchange(T& world, const Problem& p, int kernel_threads = 1) {
       verify(ch.last_rows_sent() == want_rows, p, me, "rows sent != distinct (token, F-rank) pairs");
       if (!p.hand_off) {
         ch.combine(out);
+        dev.sync();
         verify(same_result(p, out.data(), ex.y.data(), out.size()), p, me, "combined output differs from the oracle, step " + std::to_string(s));
         ch.backward_dispatch(b.grad_out);
       }
       ch.backward_combine(gx, gg);
+      dev.sync();
       verify(same_result(p, gx.data(), ex.grad_x.data(), gx.size()), p, me, "dL/dx differs from the oracle, step " + std::to_string(s));
       verify(same_result(p, gg.data(), ex.grad_gates.data(), gg.size()), p, me, "dL/dgate differs from the oracle, step " + std::to_string(s));
     } else {
       const int f = pair->rank() - p.m;
       ch.receive(s);
+      dev.sync();
       // Every row arrives exactly once per expert slot held here, ordered by (A-rank, token).
       std::size_t rows_here = 0;
       for (int a = 0; a < p.m; ++a) {
@@ -291,6 +311,7 @@ void run_exchange(T& world, const Problem& p, int kernel_threads = 1) {
       ch.send_return();
       verify(ch.last_rows_sent() == static_cast<std::int64_t>(rows_here), p, me, "return rows != arrived rows");
       ch.receive_grad();
+      dev.sync();
       for (std::size_t le = 0; le < ch.local_experts(); ++le) {
         const auto g = ch.expert_grad_output(le);
         auto dx = ch.expert_grad_input(le);
@@ -340,7 +361,8 @@ template <class T>
 std::string run_silent_peer(T& world, int silent, int timeout_ms) {
   const Problem p = fixed_problem(world.size());
   auto pair = world.split(p.pair_members);
-  M2NChannel<T> ch(*pair, config_of(p, timeout_ms));
+  Device dev;
+  Channel<T> ch(*pair, config_of(p, timeout_ms), dev.backend, dev.stream);
   const int me = pair->rank();
   const auto h = static_cast<std::size_t>(p.h);
   try {
@@ -375,7 +397,8 @@ std::string run_mismatch(T& world, int odd, Mutate&& mutate) {
   auto cfg = config_of(p, 5000);
   if (world.rank() == odd) mutate(cfg);
   try {
-    M2NChannel<T> ch(*pair, cfg);
+    Device dev;
+    Channel<T> ch(*pair, cfg, dev.backend, dev.stream);
   } catch (const disagmoe::ConfigError& e) {
     return e.what();
   }

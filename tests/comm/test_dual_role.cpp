@@ -4,6 +4,7 @@
 // F -> A between the same two ranks, self included, never match each other), and two
 // M2NChannel ends on one thread are created with a deferred handshake that still
 // detects a mismatched configuration.
+#include <disagmoe/backend/host/backend.hpp>
 #include <disagmoe/backend/host/loopback_transport.hpp>
 #include <disagmoe/comm/dual_role.hpp>
 #include <disagmoe/comm/m2n_channel.hpp>
@@ -90,10 +91,12 @@ TEST_CASE("both channel ends on one thread: deferred handshake, misuse and misma
     comm::DualRoleGroup<LoopbackTransport> group(t);
     auto a = group.attention();
     auto f = group.ffn();
-    using Channel = comm::M2NChannel<comm::DualRoleTransport<LoopbackTransport>, float>;
+    using Channel = comm::M2NChannel<comm::DualRoleTransport<LoopbackTransport>, host::Backend, float>;
+    host::Backend backend;
+    auto stream = host::Stream::caller();
     {  // same configuration: both complete; a call before completion is refused
-      Channel ca(a, config(kG, 4), Channel::DeferHandshake{});
-      Channel cf(f, config(kG, 4), Channel::DeferHandshake{});
+      Channel ca(a, config(kG, 4), backend, stream, Channel::DeferHandshake{});
+      Channel cf(f, config(kG, 4), backend, stream, Channel::DeferHandshake{});
       const std::vector<float> x(4, 1.0f), g(1, 1.0f);
       const std::vector<std::int32_t> id{0};
       CHECK_THROWS_WITH_AS(ca.dispatch(1, x, id, g), doctest::Contains("handshake pending"), ConfigError);
@@ -104,8 +107,8 @@ TEST_CASE("both channel ends on one thread: deferred handshake, misuse and misma
     }
     // Rank 1's ends are configured with another width: every end reports the field.
     const int hidden = t.rank() == 1 ? 6 : 4;
-    Channel ca(a, config(kG, hidden), Channel::DeferHandshake{});
-    Channel cf(f, config(kG, hidden), Channel::DeferHandshake{});
+    Channel ca(a, config(kG, hidden), backend, stream, Channel::DeferHandshake{});
+    Channel cf(f, config(kG, hidden), backend, stream, Channel::DeferHandshake{});
     std::string what;
     for (Channel* c : {&ca, &cf}) {
       try {

@@ -25,13 +25,13 @@ std::vector<std::string> per_rank(int world_size, Body&& body) {
 
 /// Runs the exchange suite on every rank; reports a verification failure in
 /// preference to the timeouts it causes on the other ranks.
-void check_exchange(const LoopbackWorld& world, const exchange::Problem& p, int threads = 1) {
+void check_exchange(const LoopbackWorld& world, const exchange::Problem& p, int threads = 1, bool threaded = false) {
   REQUIRE(!p.pair_members.empty());
   std::mutex mu;
   std::string failure, other;
   host::run_ranks(world, [&](LoopbackTransport& t) {
     try {
-      exchange::run_exchange(t, p, threads);
+      exchange::run_exchange(t, p, threads, threaded);
     } catch (const exchange::Failure& e) {
       std::lock_guard lock(mu);
       failure = e.what();
@@ -72,6 +72,15 @@ TEST_CASE("results do not depend on the kernel thread count") {
     INFO("seed = " << seed);
     const auto p = exchange::make_problem(seed, 5, false);
     check_exchange(LoopbackWorld(5), p, 3);
+  }
+}
+
+TEST_CASE("kernels on a stream with a thread of its own: sends wait for them, results are exact") {
+  for (std::uint64_t seed = 120; seed <= 135; ++seed) {
+    const bool hand_off = seed % 2 == 1;
+    const int world_size = 3 + static_cast<int>(seed % 5);
+    INFO("seed = " << seed << ", hand_off = " << hand_off);
+    check_exchange(LoopbackWorld(world_size), exchange::make_problem(seed, world_size, false, hand_off), 2, true);
   }
 }
 
@@ -141,15 +150,17 @@ TEST_CASE("bad configurations and out-of-order calls name the problem") {
   c.hidden = 4;
   c.top_k = 1;
   c.expert_rank = {0};
-  CHECK_THROWS_WITH_AS((comm::M2NChannel<LoopbackTransport>(t, c)),
+  exchange::Device dev;
+  CHECK_THROWS_WITH_AS((exchange::Channel<LoopbackTransport>(t, c, dev.backend, dev.stream)),
                        "ChannelConfig.attention_ranks + ffn_ranks = 2: expected the size of the pair group (1)", ConfigError);
   LoopbackWorld two(2);
   host::run_ranks(two, [&](LoopbackTransport& tt) {
     auto cfg = c;
     cfg.expert_rank = {0, 3};
-    CHECK_THROWS_WITH_AS((comm::M2NChannel<LoopbackTransport>(tt, cfg)),
+    exchange::Device d;
+    CHECK_THROWS_WITH_AS((exchange::Channel<LoopbackTransport>(tt, cfg, d.backend, d.stream)),
                          "ChannelConfig.expert_rank[1] = 3: expected an F-rank in [0, ffn_ranks = 1)", ConfigError);
-    comm::M2NChannel<LoopbackTransport> ch(tt, c);
+    exchange::Channel<LoopbackTransport> ch(tt, c, d.backend, d.stream);
     std::vector<float> out(4);
     if (tt.rank() == 0) {
       CHECK_THROWS_WITH_AS(ch.combine(out), "M2NChannel 'm2n' step -1 combine = \"out of order\": expected the call sequence of the file comment",
@@ -170,7 +181,8 @@ TEST_CASE("an A-rank at another step is reported by the F-rank") {
   std::string msg;
   host::run_ranks(world, [&](LoopbackTransport& t) {
     auto pair = t.split(p.pair_members);
-    comm::M2NChannel<LoopbackTransport> ch(*pair, exchange::config_of(p, 300));
+    exchange::Device dev;
+    exchange::Channel<LoopbackTransport> ch(*pair, exchange::config_of(p, 300), dev.backend, dev.stream);
     const auto& b = p.batches[0][0];
     std::vector<float> out(b.x.size());
     if (t.rank() == 0) {

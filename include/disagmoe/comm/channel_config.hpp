@@ -5,7 +5,6 @@
 /// not a hang or garbage later.
 #pragma once
 
-#include <disagmoe/backend/host/token_kernels.hpp>
 #include <disagmoe/error.hpp>
 
 #include <array>
@@ -43,8 +42,6 @@ struct ChannelConfig {
   int tag_base = 0;
   /// Longest a single wait may take before the channel reports the peer it waits for.
   std::chrono::milliseconds timeout{30000};
-  /// Threads for the permute / combine kernels (results do not depend on it).
-  host::KernelOptions kernels{};
   /// AF-Pipe hand-off: the pair group has 2M + N ranks, [M + N, 2M + N) being the
   /// next layer's A-ranks; F-ranks return A-rank a's combined rows to next-layer
   /// A-rank a (the fused combine + dispatch stage), which also starts the backward.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file m2n_channel.hpp
-/// `M2NChannel<Transport, Elem>`: the one-way many-to-many token exchange of AF-Pipe
+/// `M2NChannel<Transport, Backend, Elem>`: the one-way many-to-many token exchange of AF-Pipe
 /// (DisagMoE, arXiv 2605.11005, "M2N / N2M exchange") between M attention ranks
 /// (A-ranks) and N FFN ranks (F-ranks) of a pair group.
 ///
@@ -31,12 +31,23 @@
 /// dL/dy back; dL/dx and dL/dgate still go to A-rank a. A-rank: dispatch
 /// [-> backward_combine]. Next-layer A-rank: receive_return [-> backward_dispatch].
 ///
-/// Buffers are members that only grow, so once sizes stop growing no step allocates.
+/// Back end (comm/backend.hpp): rows and gates live in the back end's buffers and every
+/// permute / combine runs as its kernel on the channel's stream. Sends of a kernel's
+/// output are posted once its event completes; results handed to the caller (combine's
+/// `out`, expert inputs, gradients) are written in the stream's order: on a
+/// caller-served host stream when the call returns, otherwise after
+/// `backend.synchronize(backend.record(stream))` (or for a stream that waits on that
+/// event). Routing metadata (ids, gates as sent, layouts) is host memory.
+///
+/// Buffers only grow: `reserve(max_tokens)` sizes them up front for micro-batches of up
+/// to that many tokens per A-rank (`workspace_bytes` tells how much that is, as CUB's
+/// two-phase temp-storage query does), after which no step allocates a buffer.
 #pragma once
 
-#include <disagmoe/backend/host/token_kernels.hpp>
+#include <disagmoe/comm/backend.hpp>
 #include <disagmoe/comm/channel_config.hpp>
 #include <disagmoe/comm/layout.hpp>
+#include <disagmoe/comm/pending_transfers.hpp>
 #include <disagmoe/comm/transport.hpp>
 #include <disagmoe/error.hpp>
 
@@ -44,6 +55,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <string>
@@ -52,19 +64,31 @@
 
 namespace disagmoe::comm {
 
-/// See the file comment. `T` is held by reference and must outlive the channel.
-template <transport T, class Elem = float>
+/// See the file comment. `T`, the back end and the stream are held by reference and
+/// must outlive the channel.
+template <transport T, backend B, class Elem = float>
 class M2NChannel {
   static_assert(std::is_floating_point_v<Elem>, "M2NChannel rows hold floating-point elements");
 
  public:
   /// Which side of the exchange this rank is on.
   enum class Role { kAttention, kFfn, kNextAttention };
+  using Stream = typename B::Stream;
+  template <class E>
+  using Buffer = typename B::template Buffer<E>;
+
+ private:
+  /// Sends that wait for the channel's kernels (their rows are a kernel's output).
+  enum class Post { kNone, kDispatch, kBackwardDispatch, kHandOffBackwardDispatch, kReturn, kGrad };
+
+ public:
 
   /// Collective over `pair`: validates `config` (ConfigError), then exchanges
   /// fingerprints with every other rank and throws ConfigError naming the first field
   /// on which some rank differs, or TimeoutError if a rank does not answer.
-  M2NChannel(T& pair, ChannelConfig config) : M2NChannel(pair, std::move(config), DeferHandshake{}) {
+  /// Kernels run on `stream` of `backend`.
+  M2NChannel(T& pair, ChannelConfig config, B& backend, Stream& stream)
+      : M2NChannel(pair, std::move(config), backend, stream, DeferHandshake{}) {
     complete_handshake();
   }
   /// Marks the two-step creation: the constructor posts the handshake and
@@ -72,7 +96,8 @@ class M2NChannel {
   /// endpoints of one pair group (comm/dual_role.hpp) before any of them waits.
   struct DeferHandshake {};
   /// Validates `config` and posts the handshake; call complete_handshake() before use.
-  M2NChannel(T& pair, ChannelConfig config, DeferHandshake) : pair_(pair), config_(std::move(config)) {
+  M2NChannel(T& pair, ChannelConfig config, B& backend, Stream& stream, DeferHandshake)
+      : pair_(pair), config_(std::move(config)), backend_(backend), stream_(stream), transfers_(pair) {
     validate(config_, pair_.size());
     m_ = config_.attention_ranks;
     n_ = config_.ffn_ranks;
@@ -82,14 +107,20 @@ class M2NChannel {
     role_ = pair_.rank() < m_        ? Role::kAttention
             : pair_.rank() < m_ + n_ ? Role::kFfn
                                      : Role::kNextAttention;
-    pending_.reserve(static_cast<std::size_t>(5 * (2 * m_ + n_) + 8));
     if (role_ == Role::kFfn) arrival_.set_placement(config_.expert_rank, pair_.rank() - m_);
     post_handshake();
   }
   M2NChannel(const M2NChannel&) = delete;
   M2NChannel& operator=(const M2NChannel&) = delete;
-  /// Withdraws anything still in flight (the peers then see a timeout, not garbage).
-  ~M2NChannel() { cancel_pending(); }
+  /// Withdraws anything still in flight (the peers then see a timeout, not garbage)
+  /// once the channel's kernels have run.
+  ~M2NChannel() {
+    transfers_.cancel();
+    try {
+      backend_.synchronize(done_);
+    } catch (...) {  // a failed kernel was reported to the call that waited on it
+    }
+  }
 
   /// This rank's side.
   Role role() const { return role_; }
@@ -99,6 +130,23 @@ class M2NChannel {
   std::int64_t last_rows_sent() const { return last_rows_sent_; }
   /// Payload bytes this rank sent since creation (headers included).
   std::int64_t bytes_sent() const { return bytes_sent_; }
+
+  /// Bytes of back-end buffers pair rank `pair_rank` of a channel configured by `c`
+  /// needs for micro-batches of up to `max_tokens` tokens per A-rank (what `reserve`
+  /// allocates). The first phase of a two-phase allocation, as CUB's temp-storage query.
+  static std::size_t workspace_bytes(const ChannelConfig& c, int pair_rank, std::size_t max_tokens) {
+    std::size_t bytes = 0;
+    for_each_bound(c, pair_rank, max_tokens, [&](auto member, std::size_t elems) {
+      bytes += elems * element_bytes(member);
+    });
+    return bytes;
+  }
+  /// Sizes every buffer for micro-batches of up to `max_tokens` tokens per A-rank, so
+  /// that no step up to that size allocates back-end memory.
+  void reserve(std::size_t max_tokens) {
+    for_each_bound(config_, pair_.rank(), max_tokens,
+                   [&](auto member, std::size_t elems) { detail::grow(this->*member, elems); });
+  }
 
   // ---- A-rank side -------------------------------------------------------------
 
@@ -124,13 +172,14 @@ class M2NChannel {
     detail::grow(send_rows_, rows * h_);
     detail::grow(send_meta_, rows * k_);
     detail::grow(ret_rows_, rows * h_);
-    host::gather_rows<Elem>(tokens, h_, layout_.row_token(), send_rows_, config_.kernels, false);
+    backend_.gather_rows(stream_, tokens, h_, layout_.row_token(), span_of(send_rows_, 0, rows * h_));
     const auto row_token = layout_.row_token();
     for (std::size_t r = 0; r < rows; ++r) {
       const auto tok = static_cast<std::size_t>(row_token[r]);
       for (std::size_t j = 0; j < k_; ++j)
         send_meta_[r * k_ + j] = RoutingSlot{topk_ids[tok * k_ + j], gates[tok * k_ + j]};
     }
+    index_gate_sources(t);
     headers_.resize(static_cast<std::size_t>(n_));
     pair_.group_begin();
     for (int d = 0; d < n_; ++d) {
@@ -138,15 +187,10 @@ class M2NChannel {
       const auto o = static_cast<std::size_t>(layout_.offset(d));
       headers_[static_cast<std::size_t>(d)] = {step, static_cast<std::int64_t>(c)};
       if (c > 0 && !hand_off_) recv(m_ + d, kReturn, span_of(ret_rows_, o * h_, c * h_), "return rows");
-      send(m_ + d, kHeader, span_of(headers_, static_cast<std::size_t>(d), 1), "layout header");
-      if (c > 0) {
-        send(m_ + d, kRows, span_of(send_rows_, o * h_, c * h_), "token rows");
-        send(m_ + d, kMeta, span_of(send_meta_, o * k_, c * k_), "routing slots");
-        if (hand_off_) send(m_ + d, kTokens, layout_.row_token().subspan(o, c), "row tokens");
-      }
     }
     pair_.group_end();
     tokens_ = t;
+    post_after_kernels(Post::kDispatch);
     last_rows_sent_ = static_cast<std::int64_t>(rows);
     state_ = State::kDispatched;
   }
@@ -163,8 +207,9 @@ class M2NChannel {
     if (hand_off_) fail(channel_field("combine"), "hand_off", "receive_return() on the next-layer A-rank");
     expect(out.size() == tokens_ * h_, "M2NChannel.combine out.size()", out.size(), "tokens * hidden");
     if (!test_pending()) return false;
-    host::combine_rows<Elem, float>(ret_rows_, h_, layout_.token_offsets(), layout_.token_rows(), {},
-                                    out, config_.kernels);
+    backend_.combine_rows(stream_, const_span(ret_rows_), h_, layout_.token_offsets(), layout_.token_rows(),
+                          std::span<const float>{}, out);
+    done_ = backend_.record(stream_);
     state_ = State::kCombined;
     return true;
   }
@@ -180,16 +225,10 @@ class M2NChannel {
            grad_out.size(), "tokens * hidden");
     const auto rows = static_cast<std::size_t>(layout_.total_rows());
     detail::grow(grad_send_, rows * h_);
-    host::gather_rows<Elem>(grad_out, h_, layout_.row_token(), grad_send_, config_.kernels, false);
+    backend_.gather_rows(stream_, grad_out, h_, layout_.row_token(), span_of(grad_send_, 0, rows * h_));
     post_gradient_receives();
-    pair_.group_begin();
-    for (int d = 0; d < n_; ++d) {
-      const auto c = static_cast<std::size_t>(layout_.count(d));
-      const auto o = static_cast<std::size_t>(layout_.offset(d));
-      if (c > 0) send(m_ + d, kGradRows, span_of(grad_send_, o * h_, c * h_), "output-gradient rows");
-    }
-    pair_.group_end();
     state_ = State::kBackwardDispatched;
+    post_after_kernels(Post::kBackwardDispatch);
   }
 
   /// Waits for the gradients: grad_tokens [T x hidden] = dL/dx, grad_gates
@@ -217,22 +256,11 @@ class M2NChannel {
     expect(grad_gates.size() == tokens_ * k_, "M2NChannel.backward_combine grad_gates.size()",
            grad_gates.size(), "tokens * top_k");
     if (!test_pending()) return false;
-    host::combine_rows<Elem, float>(grad_ret_, h_, layout_.token_offsets(), layout_.token_rows(), {},
-                                    grad_tokens, config_.kernels);
-    const auto seg = layout_.token_offsets();
-    const auto rows_of = layout_.token_rows();
-    for (std::size_t t = 0; t < tokens_; ++t) {
-      for (std::size_t j = 0; j < k_; ++j) {
-        const int d = layout_.dest_of_slot(t, j, config_.top_k);
-        for (auto q = seg[t]; q < seg[t + 1]; ++q) {
-          const auto row = rows_of[static_cast<std::size_t>(q)];
-          if (layout_.dest_of_row(row) == d) {
-            grad_gates[t * k_ + j] = gate_ret_[static_cast<std::size_t>(row) * k_ + j];
-            break;
-          }
-        }
-      }
-    }
+    backend_.combine_rows(stream_, const_span(grad_ret_), h_, layout_.token_offsets(), layout_.token_rows(),
+                          std::span<const float>{}, grad_tokens);
+    backend_.gather_rows(stream_, const_span(gate_ret_), 1, std::span<const std::int64_t>(gate_source_.data(), tokens_ * k_),
+                         grad_gates);
+    done_ = backend_.record(stream_);
     state_ = State::kIdle;
     return true;
   }
@@ -266,8 +294,9 @@ class M2NChannel {
     pair_.group_end();
     wait_pending();
     gather_.build(std::span<const std::int64_t>(ret_tokens_.data(), rows), tokens_);
-    host::combine_rows<Elem, float>(ret_rows_, h_, gather_.token_offsets(), gather_.token_rows(), {}, out,
-                                    config_.kernels);
+    backend_.combine_rows(stream_, const_span(ret_rows_), h_, gather_.token_offsets(), gather_.token_rows(),
+                          std::span<const float>{}, out);
+    done_ = backend_.record(stream_);
     state_ = State::kCombined;
   }
 
@@ -336,7 +365,8 @@ class M2NChannel {
     const auto slots = static_cast<std::size_t>(arrival_.total_slots());
     detail::grow(expert_in_, slots * h_);
     detail::grow(expert_out_, slots * h_);
-    host::gather_rows<Elem>(recv_rows_, h_, arrival_.expert_row(), expert_in_, config_.kernels, false);
+    backend_.gather_rows(stream_, const_span(recv_rows_), h_, arrival_.expert_row(), span_of(expert_in_, 0, slots * h_));
+    done_ = backend_.record(stream_);
     state_ = State::kReceived;
     return true;
   }
@@ -365,26 +395,11 @@ class M2NChannel {
     enter(Role::kFfn, "send_return", {State::kReceived});
     const auto rows = arrival_.rows();
     detail::grow(ret_send_, rows * h_);
-    host::combine_rows<Elem, float>(expert_out_, h_, arrival_.row_seg(), arrival_.row_pos(),
-                                    arrival_.row_gate(), ret_send_, config_.kernels);
-    pair_.group_begin();
-    if (hand_off_) {  // next-layer A-rank a learns the row counts and tokens first
-      ret_headers_.resize(static_cast<std::size_t>(m_));
-      for (int a = 0; a < m_; ++a) {
-        const auto ua = static_cast<std::size_t>(a);
-        ret_headers_[ua] = {step_, headers_[ua][1]};
-        send(return_peer(a), kHeader, span_of(ret_headers_, ua, 1), "return header");
-      }
-      for_each_source([&](int a, std::size_t o, std::size_t c) {
-        send(return_peer(a), kMeta, span_of(recv_tokens_, o, c), "return tokens");
-      });
-    }
-    for_each_source([&](int a, std::size_t o, std::size_t c) {
-      send(return_peer(a), kReturn, span_of(ret_send_, o * h_, c * h_), "return rows");
-    });
-    pair_.group_end();
+    backend_.combine_rows(stream_, const_span(expert_out_), h_, arrival_.row_seg(), arrival_.row_pos(),
+                          arrival_.row_gate(), span_of(ret_send_, 0, rows * h_));
     last_rows_sent_ = static_cast<std::int64_t>(rows);
     state_ = State::kReturned;
+    post_after_kernels(Post::kReturn);
   }
 
   /// Waits for dL/dy rows and fans them out per expert, scaled by the slot's gate.
@@ -411,8 +426,9 @@ class M2NChannel {
     const auto slots = static_cast<std::size_t>(arrival_.total_slots());
     detail::grow(expert_gout_, slots * h_);
     detail::grow(expert_gin_, slots * h_);
-    host::gather_rows_scaled<Elem, float>(grad_in_rows_, h_, arrival_.expert_row(), arrival_.expert_gate(),
-                                          expert_gout_, config_.kernels);
+    backend_.gather_rows_scaled(stream_, const_span(grad_in_rows_), h_, arrival_.expert_row(), arrival_.expert_gate(),
+                                span_of(expert_gout_, 0, slots * h_));
+    done_ = backend_.record(stream_);
     state_ = State::kGradReceived;
     return true;
   }
@@ -428,28 +444,115 @@ class M2NChannel {
     const auto rows = arrival_.rows();
     detail::grow(grad_send_, rows * h_);
     detail::grow(gate_send_, rows * k_);
-    host::combine_rows<Elem, float>(expert_gin_, h_, arrival_.row_seg(), arrival_.row_pos(), {},
-                                    grad_send_, config_.kernels);
-    const auto seg = arrival_.row_seg();
-    for (std::size_t r = 0; r < rows; ++r) {
-      std::fill_n(gate_send_.begin() + static_cast<std::ptrdiff_t>(r * k_), k_, 0.0f);
-      for (auto q = seg[r]; q < seg[r + 1]; ++q) {
-        const auto uq = static_cast<std::size_t>(q);
-        const auto p = static_cast<std::size_t>(arrival_.row_pos()[uq]);
-        gate_send_[r * k_ + static_cast<std::size_t>(arrival_.row_slot()[uq])] = static_cast<float>(
-            host::row_dot(expert_out_.data() + p * h_, grad_in_rows_.data() + r * h_, h_));
-      }
-    }
-    pair_.group_begin();
-    for_each_source([&](int a, std::size_t o, std::size_t c) {
-      send(a, kGradReturn, span_of(grad_send_, o * h_, c * h_), "gradient rows");
-      send(a, kGateGrad, span_of(gate_send_, o * k_, c * k_), "gate gradients");
-    });
-    pair_.group_end();
+    backend_.combine_rows(stream_, const_span(expert_gin_), h_, arrival_.row_seg(), arrival_.row_pos(),
+                          std::span<const float>{}, span_of(grad_send_, 0, rows * h_));
+    backend_.gate_gradients(stream_, const_span(expert_out_), const_span(grad_in_rows_, rows * h_), h_,
+                            arrival_.row_seg(), arrival_.row_pos(), arrival_.row_slot(), k_,
+                            span_of(gate_send_, 0, rows * k_));
     state_ = State::kGradSent;
+    post_after_kernels(Post::kGrad);
   }
 
  private:
+  /// Posts what waited for the channel's kernels (see post_after_kernels).
+  void post_deferred() {
+    const Post what = post_;
+    post_ = Post::kNone;
+    pair_.group_begin();
+    switch (what) {
+      case Post::kNone:
+        break;
+      case Post::kDispatch:
+        for (int d = 0; d < n_; ++d) {
+          const auto c = static_cast<std::size_t>(layout_.count(d));
+          const auto o = static_cast<std::size_t>(layout_.offset(d));
+          send(m_ + d, kHeader, span_of(headers_, static_cast<std::size_t>(d), 1), "layout header");
+          if (c == 0) continue;
+          send(m_ + d, kRows, span_of(send_rows_, o * h_, c * h_), "token rows");
+          send(m_ + d, kMeta, span_of(send_meta_, o * k_, c * k_), "routing slots");
+          if (hand_off_) send(m_ + d, kTokens, layout_.row_token().subspan(o, c), "row tokens");
+        }
+        break;
+      case Post::kBackwardDispatch:
+        for (int d = 0; d < n_; ++d) {
+          const auto c = static_cast<std::size_t>(layout_.count(d));
+          const auto o = static_cast<std::size_t>(layout_.offset(d));
+          if (c > 0) send(m_ + d, kGradRows, span_of(grad_send_, o * h_, c * h_), "output-gradient rows");
+        }
+        break;
+      case Post::kHandOffBackwardDispatch:
+        for_each_source([&](int d, std::size_t o, std::size_t c) {
+          send(m_ + d, kGradRows, span_of(grad_send_, o * h_, c * h_), "output-gradient rows");
+        });
+        break;
+      case Post::kReturn:
+        if (hand_off_) {  // next-layer A-rank a learns the row counts and tokens first
+          ret_headers_.resize(static_cast<std::size_t>(m_));
+          for (int a = 0; a < m_; ++a) {
+            const auto ua = static_cast<std::size_t>(a);
+            ret_headers_[ua] = {step_, headers_[ua][1]};
+            send(return_peer(a), kHeader, span_of(ret_headers_, ua, 1), "return header");
+          }
+          for_each_source([&](int a, std::size_t o, std::size_t c) {
+            send(return_peer(a), kMeta, span_of(recv_tokens_, o, c), "return tokens");
+          });
+        }
+        for_each_source([&](int a, std::size_t o, std::size_t c) {
+          send(return_peer(a), kReturn, span_of(ret_send_, o * h_, c * h_), "return rows");
+        });
+        break;
+      case Post::kGrad:
+        for_each_source([&](int a, std::size_t o, std::size_t c) {
+          send(a, kGradReturn, span_of(grad_send_, o * h_, c * h_), "gradient rows");
+          send(a, kGateGrad, span_of(gate_send_, o * k_, c * k_), "gate gradients");
+        });
+        break;
+    }
+    pair_.group_end();
+  }
+
+  /// Records the kernels enqueued so far; `what` is posted once they have run (now, on
+  /// a caller-served stream).
+  void post_after_kernels(Post what) {
+    done_ = backend_.record(stream_);
+    post_ = what;
+    kernels_done();
+  }
+
+  /// True once the channel's kernels have run (reporting a failed one); posts what
+  /// waited for them.
+  bool kernels_done() {
+    if (!backend_.query(done_)) return false;
+    try {
+      backend_.synchronize(done_);
+    } catch (...) {
+      fail_pending();
+      throw;
+    }
+    if (post_ != Post::kNone) post_deferred();
+    return true;
+  }
+
+  /// dL/dgate of slot (t, j) is entry j of the row token t sent to that slot's F-rank:
+  /// gate_source_[t * top_k + j] = row * top_k + j (an element gather).
+  void index_gate_sources(std::size_t tokens) {
+    detail::grow(gate_source_, tokens * k_);
+    const auto seg = layout_.token_offsets();
+    const auto rows_of = layout_.token_rows();
+    for (std::size_t t = 0; t < tokens; ++t) {
+      for (std::size_t j = 0; j < k_; ++j) {
+        const int d = layout_.dest_of_slot(t, j, config_.top_k);
+        for (auto q = seg[t]; q < seg[t + 1]; ++q) {
+          const auto row = rows_of[static_cast<std::size_t>(q)];
+          if (layout_.dest_of_row(row) == d) {
+            gate_source_[t * k_ + j] = row * static_cast<std::int64_t>(k_) + static_cast<std::int64_t>(j);
+            break;
+          }
+        }
+      }
+    }
+  }
+
   /// Validates the (step, rows) headers from pair ranks [first, first + count) and
   /// sets from_offset_; returns the total rows. IoError (channel failed) otherwise.
   std::size_t check_headers(int count, int first, std::int64_t step) {
@@ -473,14 +576,10 @@ class M2NChannel {
            "tokens * hidden (as in receive_return)");
     const auto rows = static_cast<std::size_t>(from_offset_.back());
     detail::grow(grad_send_, rows * h_);
-    host::gather_rows<Elem>(grad_out, h_, std::span<const std::int64_t>(ret_tokens_.data(), rows), grad_send_,
-                            config_.kernels, false);
-    pair_.group_begin();
-    for_each_source([&](int d, std::size_t o, std::size_t c) {
-      send(m_ + d, kGradRows, span_of(grad_send_, o * h_, c * h_), "output-gradient rows");
-    });
-    pair_.group_end();
+    backend_.gather_rows(stream_, grad_out, h_, std::span<const std::int64_t>(ret_tokens_.data(), rows),
+                         span_of(grad_send_, 0, rows * h_));
     state_ = State::kIdle;
+    post_after_kernels(Post::kHandOffBackwardDispatch);
   }
 
   /// A-rank: receives for dL/dx rows and dL/dgate from every F-rank it fed.
@@ -499,6 +598,43 @@ class M2NChannel {
     pair_.group_end();
   }
 
+  template <class E>
+  static constexpr std::size_t element_bytes(Buffer<E> M2NChannel::*) {
+    return sizeof(E);
+  }
+
+  /// Calls f(&M2NChannel::buffer, most elements) for every back-end buffer of pair rank
+  /// `rank`. An A-rank sends a token to at most min(top_k, F-ranks) F-ranks; an F-rank
+  /// receives at most one row per (A-rank, token), each with at most min(top_k, local
+  /// experts) slots; a next-layer A-rank one row per (F-rank, token).
+  template <class F>
+  static void for_each_bound(const ChannelConfig& c, int rank, std::size_t max_tokens, F&& f) {
+    validate(c, c.attention_ranks * (c.hand_off ? 2 : 1) + c.ffn_ranks);
+    const auto m = static_cast<std::size_t>(c.attention_ranks), n = static_cast<std::size_t>(c.ffn_ranks);
+    const auto h = static_cast<std::size_t>(c.hidden), k = static_cast<std::size_t>(c.top_k);
+    expect(rank >= 0 && static_cast<std::size_t>(rank) < m * (c.hand_off ? 2 : 1) + n, "M2NChannel pair rank", rank,
+           "a rank of the channel's pair group");
+    const auto me = static_cast<std::size_t>(rank);
+    if (me < m) {
+      const std::size_t rows = max_tokens * std::min(k, n);
+      for (auto b : {&M2NChannel::send_rows_, &M2NChannel::ret_rows_, &M2NChannel::grad_send_, &M2NChannel::grad_ret_})
+        f(b, rows * h);
+      f(&M2NChannel::gate_ret_, rows * k);
+    } else if (me < m + n) {
+      const auto local = static_cast<std::size_t>(std::count(c.expert_rank.begin(), c.expert_rank.end(),
+                                                             static_cast<std::int32_t>(me - m)));
+      const std::size_t rows = max_tokens * m, slots = rows * std::min(k, local);
+      for (auto b : {&M2NChannel::recv_rows_, &M2NChannel::ret_send_, &M2NChannel::grad_in_rows_, &M2NChannel::grad_send_})
+        f(b, rows * h);
+      for (auto b : {&M2NChannel::expert_in_, &M2NChannel::expert_out_, &M2NChannel::expert_gout_, &M2NChannel::expert_gin_})
+        f(b, slots * h);
+      f(&M2NChannel::gate_send_, rows * k);
+    } else {
+      const std::size_t rows = max_tokens * n;
+      for (auto b : {&M2NChannel::ret_rows_, &M2NChannel::grad_send_}) f(b, rows * h);
+    }
+  }
+
   /// Where F-rank-side traffic for A-rank a's tokens returns (and dL/dy comes from).
   int return_peer(int a) const { return hand_off_ ? m_ + n_ + a : a; }
 
@@ -509,21 +645,22 @@ class M2NChannel {
   // F -> next-layer A reuses kHeader / kMeta (return header / tokens): matching is
   // per (source, tag) and a next-layer A-rank receives nothing else from F-ranks.
   enum Tag { kHeader = 0, kRows, kMeta, kReturn, kGradRows, kGradReturn, kGateGrad, kTokens };
-  struct Pending {
-    typename T::Request req;
-    int peer;
-    const char* what;
-    bool is_send;
-  };
-
   template <class V>
   static auto span_of(V& v, std::size_t offset, std::size_t count) {
     return std::span(v.data() + offset, count);
   }
-  std::span<Elem> expert_block(std::vector<Elem>& v, std::size_t le) const {
+  template <class V>
+  static auto const_span(const V& v, std::size_t count) {
+    return std::span(v.data(), count);
+  }
+  template <class V>
+  static auto const_span(const V& v) {
+    return std::span(v.data(), v.size());
+  }
+  std::span<Elem> expert_block(Buffer<Elem>& v, std::size_t le) const {
     return {v.data() + static_cast<std::size_t>(arrival_.expert_offset(le)) * h_, expert_rows(le) * h_};
   }
-  std::span<const Elem> expert_block(const std::vector<Elem>& v, std::size_t le) const {
+  std::span<const Elem> expert_block(const Buffer<Elem>& v, std::size_t le) const {
     return {v.data() + static_cast<std::size_t>(arrival_.expert_offset(le)) * h_, expert_rows(le) * h_};
   }
 
@@ -551,70 +688,59 @@ class M2NChannel {
 
   template <class V>
   void send(int peer, int tag, std::span<V> data, const char* what) {
-    pending_.push_back({isend(pair_, peer, config_.tag_base + tag, std::span<const V>(data)), peer, what, true});
+    transfers_.send(peer, config_.tag_base + tag, data, what);
     bytes_sent_ += static_cast<std::int64_t>(data.size_bytes());
   }
   template <class V>
   void recv(int peer, int tag, std::span<V> data, const char* what) {
-    pending_.push_back({irecv(pair_, peer, config_.tag_base + tag, data), peer, what, false});
+    transfers_.recv(peer, config_.tag_base + tag, data, what);
   }
 
-  /// Retires every completed request; true when none is left. On an error cancels the
+  /// True once the channel's kernels have run and every posted transfer completed (the
+  /// sends that waited for a kernel are posted on the way). On an error cancels the
   /// rest and leaves the channel failed.
   bool test_pending() {
+    if (!kernels_done()) return false;
     try {
-      for (std::size_t i = 0; i < pending_.size();) {
-        if (!pair_.test(pending_[i].req)) {
-          ++i;
-          continue;
-        }
-        pending_[i] = std::move(pending_.back());
-        pending_.pop_back();
-      }
+      return transfers_.test();
     } catch (...) {
-      cancel_pending();
       state_ = State::kFailed;
       throw;
     }
-    return pending_.empty();
   }
 
-  /// Waits for everything posted; on a timeout or an error cancels the rest and
-  /// leaves the channel failed.
+  /// Waits for the channel's kernels, then (up to the timeout) for every transfer; on a
+  /// timeout or an error cancels the rest and leaves the channel failed.
   void wait_pending() {
-    const auto deadline = deadline_after(config_.timeout);
-    std::size_t i = 0;
     try {
-      for (; i < pending_.size(); ++i) {
-        if (!pair_.wait(pending_[i].req, deadline)) {
-          std::ostringstream field, value;
-          field << channel_field(pending_[i].is_send ? "send" : "receive") << " '" << pending_[i].what
-                << "' " << (pending_[i].is_send ? "to " : "from ") << peer_name(pending_[i].peer);
-          value << "pending after " << config_.timeout.count() << " ms";
-          cancel_pending(i);
-          state_ = State::kFailed;
-          throw TimeoutError(describe(field.str(), value.str(),
-                                      "completion within ChannelConfig.timeout (is the peer silent or dead?)"));
-        }
-      }
-    } catch (const TimeoutError&) {
-      throw;
+      backend_.synchronize(done_);
     } catch (...) {
-      cancel_pending(i + 1);
+      fail_pending();
+      throw;
+    }
+    kernels_done();
+    std::optional<typename PendingTransfers<T>::Label> late;
+    try {
+      late = transfers_.wait(deadline_after(config_.timeout));
+    } catch (...) {
       state_ = State::kFailed;
       throw;
     }
-    pending_.clear();
+    if (!late) return;
+    state_ = State::kFailed;
+    std::ostringstream field, value;
+    field << channel_field(late->is_send ? "send" : "receive") << " '" << late->what << "' "
+          << (late->is_send ? "to " : "from ") << peer_name(late->peer);
+    value << "pending after " << config_.timeout.count() << " ms";
+    throw TimeoutError(
+        describe(field.str(), value.str(), "completion within ChannelConfig.timeout (is the peer silent or dead?)"));
   }
 
-  void cancel_pending(std::size_t from = 0) noexcept {
-    for (std::size_t i = from; i < pending_.size(); ++i) {
-      try {
-        pair_.cancel(pending_[i].req);
-      } catch (...) {  // cancelling is best effort during unwinding
-      }
-    }
-    pending_.clear();
+  /// A kernel failed: nothing posted after it may go out.
+  void fail_pending() noexcept {
+    transfers_.cancel();
+    post_ = Post::kNone;
+    state_ = State::kFailed;
   }
 
   static const char* role_name(Role r) {
@@ -646,16 +772,19 @@ class M2NChannel {
     pair_.group_begin();
     for (int p = 0; p < size; ++p) {
       if (p == me) continue;
-      pending_.push_back({irecv(pair_, p, kHandshakeTag, span_of(theirs_, static_cast<std::size_t>(p), 1)), p,
-                          "creation handshake", false});
-      pending_.push_back({isend(pair_, p, kHandshakeTag, std::span<const ChannelFingerprint>(&mine_, 1)), p,
-                          "creation handshake", true});
+      transfers_.recv(p, kHandshakeTag, span_of(theirs_, static_cast<std::size_t>(p), 1), "creation handshake");
+      transfers_.send(p, kHandshakeTag, std::span<const ChannelFingerprint>(&mine_, 1), "creation handshake");
     }
     pair_.group_end();
   }
 
   T& pair_;
   ChannelConfig config_;
+  B& backend_;
+  Stream& stream_;
+  PendingTransfers<T> transfers_;
+  typename B::Event done_{};  // the channel's last kernel
+  Post post_ = Post::kNone;   // sends waiting for done_
   int m_ = 0, n_ = 0;
   std::size_t h_ = 0, k_ = 0;
   Role role_ = Role::kAttention;
@@ -665,15 +794,15 @@ class M2NChannel {
   std::int64_t step_ = -1;
   std::size_t tokens_ = 0;
   std::int64_t last_rows_sent_ = 0, bytes_sent_ = 0;
-  std::vector<Pending> pending_;
   ChannelFingerprint mine_;
   std::vector<ChannelFingerprint> theirs_;
   std::vector<std::array<std::int64_t, 2>> headers_, ret_headers_;  // (step, rows) per peer
   // A side.
   SendOnceLayout layout_;
-  std::vector<Elem> send_rows_, ret_rows_, grad_send_, grad_ret_;
+  Buffer<Elem> send_rows_, ret_rows_, grad_send_, grad_ret_;
   std::vector<RoutingSlot> send_meta_;
-  std::vector<float> gate_ret_;
+  Buffer<float> gate_ret_;
+  std::vector<std::int64_t> gate_source_;
   // F side.
   ArrivalLayout arrival_;
   std::vector<std::int64_t> from_offset_;
@@ -682,9 +811,8 @@ class M2NChannel {
   // Next-layer A side (hand-off).
   TokenGather gather_;
   std::vector<std::int64_t> ret_tokens_;
-  std::vector<Elem> recv_rows_, expert_in_, expert_out_, ret_send_, grad_in_rows_, expert_gout_,
-      expert_gin_;
-  std::vector<float> gate_send_;
+  Buffer<Elem> recv_rows_, expert_in_, expert_out_, ret_send_, grad_in_rows_, expert_gout_, expert_gin_;
+  Buffer<float> gate_send_;
 };
 
 }  // namespace disagmoe::comm

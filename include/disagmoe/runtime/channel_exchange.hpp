@@ -12,8 +12,13 @@
 /// endpoints of one channel on every rank, over a `comm::DualRoleGroup` of the worker's
 /// ranks: its dispatch and combine are the all-to-all of colocated EP, run by the same
 /// send-once layout, kernels and summation contract as AF-Pipe's M2N / N2M exchange.
+///
+/// The channels' kernels run on the host back end, on a stream served by the thread that
+/// drives the exchange (the executor's comm stream), so their results are there when a
+/// call returns.
 #pragma once
 
+#include <disagmoe/backend/host/backend.hpp>
 #include <disagmoe/comm/all_gather.hpp>
 #include <disagmoe/comm/dual_role.hpp>
 #include <disagmoe/comm/m2n_channel.hpp>
@@ -85,12 +90,13 @@ class ChannelExchange {
                "at most " + std::to_string(comm::kHandshakeTag / comm::kTagsPerChannel) +
                    " (MoE layers per pair x micro-batches; MPI tags end at 32767)");
         if (!ranks.colocated) {
-          channels_[{l, j}] = std::make_unique<comm::M2NChannel<Transport, T>>(*pair_group_, std::move(c));
+          channels_[{l, j}] = std::make_unique<Channel>(*pair_group_, std::move(c), backend_, stream_);
           continue;
         }
         auto& ends = colocated_[{l, j}];  // both ends post their handshake before either waits
-        ends.first = std::make_unique<EndChannel>(attention_end_, c, typename EndChannel::DeferHandshake{});
-        ends.second = std::make_unique<EndChannel>(ffn_end_, std::move(c), typename EndChannel::DeferHandshake{});
+        ends.first = std::make_unique<EndChannel>(attention_end_, c, backend_, stream_, typename EndChannel::DeferHandshake{});
+        ends.second =
+            std::make_unique<EndChannel>(ffn_end_, std::move(c), backend_, stream_, typename EndChannel::DeferHandshake{});
         ends.first->complete_handshake();
         ends.second->complete_handshake();
       }
@@ -178,12 +184,16 @@ class ChannelExchange {
   }
   static std::size_t bytes_of(const Matrix& m) { return static_cast<std::size_t>(m.size()) * sizeof(T); }
 
+  using Channel = comm::M2NChannel<Transport, host::Backend, T>;
+  using EndChannel = comm::M2NChannel<comm::DualRoleTransport<Transport>, host::Backend, T>;
+
   ModelSpec spec_;
   std::chrono::milliseconds timeout_;
+  host::Backend backend_;
+  host::Stream stream_ = host::Stream::caller();
   std::optional<Transport> pair_group_, attention_group_;
-  std::map<std::pair<int, int>, std::unique_ptr<comm::M2NChannel<Transport, T>>> channels_;  // (layer, mb)
+  std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels_;  // (layer, mb)
   // Colocated: the worker's dual-role view, its two ends, and both channel ends per (layer, mb).
-  using EndChannel = comm::M2NChannel<comm::DualRoleTransport<Transport>, T>;
   std::unique_ptr<comm::DualRoleGroup<Transport>> dual_;
   comm::DualRoleTransport<Transport> attention_end_, ffn_end_;
   std::map<std::pair<int, int>, std::pair<std::unique_ptr<EndChannel>, std::unique_ptr<EndChannel>>> colocated_;
