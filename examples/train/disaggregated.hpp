@@ -99,9 +99,7 @@ inline rt::DisaggregatedOptions disaggregated_options(const DisaggregatedArgs& d
                : d.exchange == "channel" ? rt::Exchange::kChannel : rt::Exchange::kAuto;
   o.policy.group_size = d.group_size;
   o.policy.max_in_flight = d.max_in_flight;
-  // Stage alignment needs the direct exchange (one rank per worker); groups run unfused.
-  o.policy.fuse_combine_dispatch = !is_baseline(d) && !d.no_fuse && o.exchange != rt::Exchange::kChannel &&
-                                   d.attention_ranks == 1 && d.ffn_ranks == 1;
+  o.policy.fuse_combine_dispatch = !is_baseline(d) && !d.no_fuse;
   o.policy.m2n_uses_sms = false;  // CPU workers: no SMs to take
   o.executor.timeout = std::chrono::milliseconds(d.timeout_ms);
   if (d.net_bandwidth > 0) o.bytes_per_second = d.net_bandwidth;

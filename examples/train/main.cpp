@@ -521,7 +521,7 @@ int main(int argc, char** argv) {
   dis->add_option("--virtual-stages", a.d.virtual_stages, "a2a-overlap: model chunks per stage (interleaving)")
       ->capture_default_str();
   dis->add_option("--exchange", a.d.exchange,
-                  "auto, direct (one rank per worker; stage alignment) or channel (M2NChannel; no stage alignment)")
+                  "auto, direct (one message per transfer; one rank per worker) or channel (M2NChannel)")
       ->capture_default_str();
   dis->add_option("--transport", a.d.transport, "loopback (worker threads) or mpi (run under mpirun -np 2p)")
       ->capture_default_str();

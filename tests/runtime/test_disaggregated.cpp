@@ -67,7 +67,8 @@ void check_identical(const Run& ref, const Run& got) {
 TEST_CASE("disaggregated AF-Pipe equals the colocated trainer bit for bit") {
   // One rank per worker. Direct: one message per transfer, stage alignment on or off.
   // Channel: M2NChannel's send-once rows, fan-out, combine and backward, which keep the
-  // colocated order of every sum with one F-rank (shared experts ride as extra slots).
+  // colocated order of every sum with one F-rank (shared experts ride as extra slots);
+  // with stage alignment the channel hands off to A_{l+1} (a plain return for one pair).
   using X = rt::Exchange;
   struct Case {
     int layers, top_k, dense, shared, pairs, micro_batches, group;
@@ -80,7 +81,8 @@ TEST_CASE("disaggregated AF-Pipe equals the colocated trainer bit for bit") {
       {5, 2, 1, 1, 3, 3, 1, true, X::kDirect},   {4, 2, 0, 1, 2, 5, 2, true, X::kDirect},
       {3, 1, 0, 0, 3, 2, 0, false, X::kDirect},  {4, 2, 2, 0, 2, 3, 0, true, X::kDirect},
       {3, 2, 0, 1, 1, 2, 0, false, X::kChannel}, {4, 2, 1, 0, 2, 3, 0, false, X::kChannel},
-      {3, 1, 0, 2, 3, 2, 2, false, X::kChannel},
+      {3, 1, 0, 2, 3, 2, 2, false, X::kChannel}, {3, 2, 0, 0, 1, 2, 0, true, X::kChannel},
+      {4, 2, 1, 0, 2, 3, 0, true, X::kChannel},  {5, 2, 1, 1, 3, 3, 1, true, X::kChannel},
   };
   for (const auto& c : cases) {
     CAPTURE(c.layers);
@@ -109,20 +111,25 @@ TEST_CASE("M2NChannel exchange: data-parallel A-ranks and expert-parallel F-rank
   // the router losses see the same tokens). Sums regroup (replicas' gradients, partial rows
   // of several F-ranks, an expert's rows at another offset of a GEMM), so the match is to
   // float rounding: losses within 1e-6, each parameter tensor within 1e-4 of its largest
-  // entry after three AdamW steps (measured: 2e-5 at most).
+  // entry after three AdamW steps (measured: 2e-5 at most). With stage alignment (fuse)
+  // the channel hands off to the next pair's A-ranks.
   struct Case {
     int layers, top_k, dense, shared, pairs, attention_ranks, ffn_ranks, micro_batches;
     std::vector<int> placement;
+    bool fuse = false;
   };
   const Case cases[] = {{3, 2, 0, 0, 1, 2, 2, 2, {}},    {4, 2, 1, 1, 2, 2, 3, 2, {}}, {3, 3, 0, 0, 1, 2, 2, 1, {}},
                         {3, 2, 0, 0, 1, 1, 2, 3, {}},    {4, 2, 0, 0, 2, 1, 2, 2, {1, 0, 0, 1}},
-                        {3, 1, 0, 1, 1, 1, 4, 2, {3, 1, 2, 0}}};
+                        {3, 1, 0, 1, 1, 1, 4, 2, {3, 1, 2, 0}},
+                        {3, 2, 0, 0, 1, 2, 2, 2, {}, true},  {4, 2, 1, 1, 2, 2, 3, 2, {}, true},
+                        {5, 2, 0, 0, 3, 2, 1, 2, {}, true},  {4, 2, 0, 0, 2, 1, 2, 2, {1, 0, 0, 1}, true}};
   for (const auto& c : cases) {
     CAPTURE(c.layers);
     CAPTURE(c.pairs);
     CAPTURE(c.attention_ranks);
     CAPTURE(c.ffn_ranks);
     CAPTURE(c.placement.size());
+    CAPTURE(c.fuse);
     const auto spec = spec_of(c.layers, c.top_k, c.dense, c.shared);
     const auto data = batches(3, 2 * c.micro_batches * c.attention_ranks, spec.seq_len);
     rt::DisaggregatedOptions opt;
@@ -130,7 +137,7 @@ TEST_CASE("M2NChannel exchange: data-parallel A-ranks and expert-parallel F-rank
     opt.attention_ranks = c.attention_ranks;
     opt.ffn_ranks = c.ffn_ranks;
     opt.expert_rank = c.placement;
-    opt.policy.fuse_combine_dispatch = false;
+    opt.policy.fuse_combine_dispatch = c.fuse;
     const Run ref = colocated(spec, c.micro_batches * c.attention_ranks, data);
     const Run got = disaggregated(spec, c.micro_batches, data, opt, Experts(spec, {}));
     check_close_stats(ref.stats, got.stats);
@@ -193,10 +200,7 @@ TEST_CASE("disaggregated runs reject layouts they cannot run, naming the field")
   CHECK_THROWS_WITH_AS(rt::validate(opt, spec, 3),
                        doctest::Contains("world size = 3: expected pairs * (attention_ranks + ffn_ranks) = 4"),
                        dm::ConfigError);
-  opt.attention_ranks = 2;  // groups of ranks exchange through M2NChannel: no stage alignment yet
-  CHECK_THROWS_WITH_AS(rt::validate(opt, spec, 6), doctest::Contains("fuse_combine_dispatch = true: expected false"),
-                       dm::ConfigError);
-  opt.policy.fuse_combine_dispatch = false;
+  opt.attention_ranks = 2;
   opt.ffn_ranks = 2;
   opt.expert_rank = {0, 1, 2, 0};
   CHECK_THROWS_WITH_AS(rt::validate(opt, spec, 8), doctest::Contains("expert_rank[2] = 2: expected an F-rank in [0, ffn_ranks = 2)"),

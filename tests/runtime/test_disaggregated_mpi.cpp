@@ -100,17 +100,21 @@ TEST_CASE("mpi: disaggregated AF-Pipe equals the colocated trainer bit for bit o
 }
 
 TEST_CASE("mpi: groups of ranks through M2NChannel match the colocated trainer") {
-  // 4 ranks: one pair of 2 A-ranks + 2 F-ranks; 6 ranks: two pairs of 1 A-rank + 2 F-ranks.
+  // 4 ranks: one pair of 2 A-ranks + 2 F-ranks; 6 ranks: two pairs of 1 A-rank + 2 F-ranks,
+  // whose stage alignment hands off between the pairs.
   auto world = fresh_world();
   const int size = world.size();
-  rt::DisaggregatedOptions opt;
-  opt.pairs = size == 4 ? 1 : 2;
-  opt.attention_ranks = size == 4 ? 2 : 1;
-  opt.ffn_ranks = 2;
-  opt.policy.fuse_combine_dispatch = false;
-  opt.executor.timeout = std::chrono::milliseconds(30000);
-  REQUIRE(opt.pairs * (opt.attention_ranks + opt.ffn_ranks) == size);
-  check_close_to_colocated(world, spec_of(2 * opt.pairs + 1, 2, 1, 1), opt);
+  for (bool fuse : {false, true}) {
+    CAPTURE(fuse);
+    rt::DisaggregatedOptions opt;
+    opt.pairs = size == 4 ? 1 : 2;
+    opt.attention_ranks = size == 4 ? 2 : 1;
+    opt.ffn_ranks = 2;
+    opt.policy.fuse_combine_dispatch = fuse;
+    opt.executor.timeout = std::chrono::milliseconds(30000);
+    REQUIRE(opt.pairs * (opt.attention_ranks + opt.ffn_ranks) == size);
+    check_close_to_colocated(world, spec_of(2 * opt.pairs + 1, 2, 1, 1), opt);
+  }
 }
 
 TEST_CASE("mpi: the colocated expert-parallel baselines match the colocated trainer") {

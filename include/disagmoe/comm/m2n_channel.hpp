@@ -21,7 +21,7 @@
 /// backward_combine]. F-rank: receive -> (fill expert_output) -> send_return
 /// [-> receive_grad -> (fill expert_grad_input) -> send_grad]. One channel carries one
 /// micro-batch at a time; keep one channel per micro-batch in flight. Every call that
-/// waits (combine, backward_combine, receive, receive_grad) has a `try_` twin that never
+/// waits (combine, backward_combine, receive, receive_grad, receive_return) has a `try_` twin that never
 /// blocks: it posts what it can, returns false while transfers are outstanding and true
 /// once done, so that one comm stream can keep many channels in flight.
 ///
@@ -234,16 +234,16 @@ class M2NChannel {
   /// Waits for the gradients: grad_tokens [T x hidden] = dL/dx, grad_gates
   /// [T x top_k] = dL/dgate (each from the one F-rank holding that slot's expert).
   void backward_combine(std::span<Elem> grad_tokens, std::span<float> grad_gates) {
-    if (hand_off_) {  // the next-layer A-rank sent dL/dy
+    while (!try_backward_combine(grad_tokens, grad_gates)) wait_pending();
+  }
+  /// backward_combine() without waiting: false while gradients are outstanding (call
+  /// again), true once both outputs are written.
+  bool try_backward_combine(std::span<Elem> grad_tokens, std::span<float> grad_gates) {
+    if (hand_off_ && phase_ == Phase::kNone) {  // the next-layer A-rank sent dL/dy
       enter(Role::kAttention, "backward_combine", {State::kDispatched});
       post_gradient_receives();
+      phase_ = Phase::kRows;
     }
-    while (!combine_gradients(grad_tokens, grad_gates)) wait_pending();
-  }
-  /// backward_combine() without waiting (no hand-off): false while gradients are
-  /// outstanding (call again), true once both outputs are written.
-  bool try_backward_combine(std::span<Elem> grad_tokens, std::span<float> grad_gates) {
-    if (hand_off_) fail(channel_field("try_backward_combine"), "hand_off", "backward_combine()");
     return combine_gradients(grad_tokens, grad_gates);
   }
 
@@ -262,6 +262,7 @@ class M2NChannel {
                          grad_gates);
     done_ = backend_.record(stream_);
     state_ = State::kIdle;
+    phase_ = Phase::kNone;
     return true;
   }
 
@@ -272,32 +273,48 @@ class M2NChannel {
   /// out.size() / hidden, per the summation contract. Throws IoError when an F-rank
   /// is at another step or names a token outside [0, T), TimeoutError on silence.
   void receive_return(std::int64_t step, std::span<Elem> out) {
+    while (!try_receive_return(step, out)) wait_pending();
+  }
+  /// receive_return() without waiting: false while headers or rows are outstanding (call
+  /// again with the same step and `out`), true once `out` is written.
+  bool try_receive_return(std::int64_t step, std::span<Elem> out) {
     enter(Role::kNextAttention, "receive_return", {State::kIdle, State::kCombined});
-    expect(out.size() % h_ == 0, "M2NChannel.receive_return out.size()", out.size(), "a multiple of hidden");
-    wait_pending();  // dL/dy sends of the previous step
-    step_ = step;
-    tokens_ = out.size() / h_;
-    headers_.resize(static_cast<std::size_t>(n_));
-    pair_.group_begin();
-    for (int d = 0; d < n_; ++d)
-      recv(m_ + d, kHeader, span_of(headers_, static_cast<std::size_t>(d), 1), "return header");
-    pair_.group_end();
-    wait_pending();
-    const auto rows = check_headers(n_, m_, step);
-    detail::grow(ret_rows_, rows * h_);
-    detail::grow(ret_tokens_, rows);
-    pair_.group_begin();
-    for_each_source([&](int d, std::size_t o, std::size_t c) {
-      recv(m_ + d, kMeta, span_of(ret_tokens_, o, c), "return tokens");
-      recv(m_ + d, kReturn, span_of(ret_rows_, o * h_, c * h_), "return rows");
-    });
-    pair_.group_end();
-    wait_pending();
+    if (phase_ == Phase::kNone) {
+      expect(out.size() % h_ == 0, "M2NChannel.receive_return out.size()", out.size(), "a multiple of hidden");
+      if (!test_pending()) return false;  // dL/dy sends of the previous step
+      step_ = step;
+      tokens_ = out.size() / h_;
+      headers_.resize(static_cast<std::size_t>(n_));
+      pair_.group_begin();
+      for (int d = 0; d < n_; ++d)
+        recv(m_ + d, kHeader, span_of(headers_, static_cast<std::size_t>(d), 1), "return header");
+      pair_.group_end();
+      phase_ = Phase::kHeaders;
+    }
+    expect(out.size() == tokens_ * h_, "M2NChannel.receive_return out.size()", out.size(),
+           "the same on every call of one step");
+    if (!test_pending()) return false;
+    if (phase_ == Phase::kHeaders) {
+      const auto rows = check_headers(n_, m_, step);
+      detail::grow(ret_rows_, rows * h_);
+      detail::grow(ret_tokens_, rows);
+      pair_.group_begin();
+      for_each_source([&](int d, std::size_t o, std::size_t c) {
+        recv(m_ + d, kMeta, span_of(ret_tokens_, o, c), "return tokens");
+        recv(m_ + d, kReturn, span_of(ret_rows_, o * h_, c * h_), "return rows");
+      });
+      pair_.group_end();
+      phase_ = Phase::kRows;
+      if (!test_pending()) return false;
+    }
+    phase_ = Phase::kNone;
+    const auto rows = static_cast<std::size_t>(from_offset_.back());
     gather_.build(std::span<const std::int64_t>(ret_tokens_.data(), rows), tokens_);
     backend_.combine_rows(stream_, const_span(ret_rows_), h_, gather_.token_offsets(), gather_.token_rows(),
                           std::span<const float>{}, out);
     done_ = backend_.record(stream_);
     state_ = State::kCombined;
+    return true;
   }
 
   /// Waits (up to the timeout) for every posted send, e.g. before destroying a

@@ -1,11 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file channel_exchange.hpp
 /// `ChannelExchange`: what one rank of a disaggregated run holds for the M2NChannel
-/// exchange between groups of ranks (runtime/disaggregated_trainer.hpp): its pair group
-/// (A_i's M ranks, then F_i's N ranks) with one `comm::M2NChannel` per (MoE layer,
-/// micro-batch) created once and reused every step, its attention worker's data-parallel
-/// group, and the two places where a stage meets a channel: an F-rank's experts on the
-/// rows the channel fanned out, and the A replicas' gradient sum.
+/// exchange between groups of ranks (runtime/disaggregated_trainer.hpp): its pair groups
+/// with one `comm::M2NChannel` per (MoE layer, micro-batch) created once, up front, and
+/// reused every step, its attention worker's data-parallel group, and the two places
+/// where a stage meets a channel: an F-rank's experts on the rows the channel fanned
+/// out, and the A replicas' gradient sum.
+///
+/// Pair groups: (A_i's M ranks, then F_i's N ranks) for the layers of pair i whose F_i
+/// returns to A_i, and the hand-off group (A_i, F_i, then the M ranks of the next
+/// layer's attention worker) for the layers whose return goes on to that worker (AF-Pipe's
+/// stage alignment: the fused combine + dispatch). A hand-off to the same worker (one
+/// pair) is a plain return. Channel (l, j) uses tags from the ordinal of l among its
+/// pair's MoE layers, the same on every member.
 ///
 /// Colocated expert parallelism (`RankLayout::colocated`, the baselines): worker i's G
 /// ranks are both its A-ranks and its F-ranks, so each (MoE layer, micro-batch) has two
@@ -48,15 +55,26 @@ class ChannelExchange {
   /// Which end of a channel a call needs (both live on one rank when colocated).
   enum class Side { kAttention, kFfn };
 
-  /// Collective over `world` (every rank calls it with the same arguments but its own
-  /// worker's `layers`): splits the groups, then creates this worker's channels. Shared experts
-  /// ride as extra routing slots of gate 1 (ids E, E+1, ...), so a channel's combine adds
-  /// them after the routed slots, as the colocated combine does. `expert_rank`: F-rank of
-  /// every expert, routed then shared.
-  ChannelExchange(Transport& world, const RankLayout& ranks, const std::vector<int>& layers, const ModelSpec& spec,
-                  int micro_batches,
+  /// Collective over `world` (every rank calls it with the same arguments): splits the
+  /// groups, then creates this rank's channels. `layer_worker[l]`: the attention worker
+  /// (pair, or colocated stage) of layer l; `hand_off[l]`: F_l returns to layer l+1's
+  /// attention worker. Shared experts ride as extra routing slots of gate 1 (ids E, E+1,
+  /// ...), so a channel's combine adds them after the routed slots, as the colocated
+  /// combine does. `expert_rank`: F-rank of every expert, routed then shared.
+  ChannelExchange(Transport& world, const RankLayout& ranks, const std::vector<int>& layer_worker,
+                  const std::vector<bool>& hand_off, const ModelSpec& spec, int micro_batches,
                   std::vector<std::int32_t> expert_rank, std::chrono::milliseconds timeout)
       : spec_(spec), timeout_(timeout) {
+    const int me = world.rank(), worker = ranks.worker_of(me);
+    const int pair = ranks.colocated ? worker : worker % ranks.pairs;
+    const bool attention = ranks.colocated || worker < ranks.pairs;
+    auto handed_to = [&](int i) {  // the attention worker pair i's hand-off layers return to, or -1
+      for (int l = 0; l + 1 < spec.layers; ++l)
+        if (layer_worker[static_cast<std::size_t>(l)] == i && spec.is_moe_layer(l) && hand_off[static_cast<std::size_t>(l)])
+          return layer_worker[static_cast<std::size_t>(l) + 1];
+      return -1;
+    };
+    hand_off_group_.resize(static_cast<std::size_t>(ranks.pairs));
     for (int i = 0; i < ranks.pairs; ++i) {
       std::vector<int> members;
       for (int r = 0; r < ranks.attention_ranks; ++r) members.push_back(ranks.world_rank(i, r));
@@ -64,8 +82,12 @@ class ChannelExchange {
       if (a) attention_group_.emplace(std::move(*a));
       if (ranks.colocated) continue;
       for (int r = 0; r < ranks.ffn_ranks; ++r) members.push_back(ranks.world_rank(ranks.pairs + i, r));
-      auto pair = world.split(members);
-      if (pair) pair_group_.emplace(std::move(*pair));
+      auto plain = world.split(members);
+      if (plain) pair_group_.emplace(std::move(*plain));
+      const int next = handed_to(i);
+      if (next < 0) continue;
+      for (int r = 0; r < ranks.attention_ranks; ++r) members.push_back(ranks.world_rank(next, r));
+      hand_off_group_[static_cast<std::size_t>(i)] = world.split(members);
     }
     if (ranks.colocated) {
       dual_ = std::make_unique<comm::DualRoleGroup<Transport>>(*attention_group_);
@@ -79,18 +101,25 @@ class ChannelExchange {
     base.top_k = spec.top_k + spec.shared_experts;
     base.timeout = timeout;
     base.expert_rank = std::move(expert_rank);
-    int count = 0;
-    for (int l : layers) {
+    std::vector<int> ordinal(static_cast<std::size_t>(ranks.pairs), 0);  // MoE layers of each pair so far
+    for (int l = 0; l < spec.layers; ++l) {
       if (!spec.is_moe_layer(l)) continue;
+      const int i = layer_worker[static_cast<std::size_t>(l)];
+      const int count = ordinal[static_cast<std::size_t>(i)]++;
+      const bool handed = !ranks.colocated && hand_off[static_cast<std::size_t>(l)];
+      const bool next_here = handed && attention && layer_worker[static_cast<std::size_t>(l) + 1] == pair;
+      if (i != pair && !next_here) continue;  // not a member of layer l's channels
       for (int j = 0; j < micro_batches; ++j) {
         comm::ChannelConfig c = base;
         c.name = "layer " + std::to_string(l) + " micro-batch " + std::to_string(j);
-        c.tag_base = comm::kTagsPerChannel * count++;
-        expect(c.tag_base + comm::kTagsPerChannel <= comm::kHandshakeTag, "channels per pair", count,
+        c.hand_off = handed;
+        c.tag_base = comm::kTagsPerChannel * (count * micro_batches + j);
+        expect(c.tag_base + comm::kTagsPerChannel <= comm::kHandshakeTag, "channels per pair", count * micro_batches + j + 1,
                "at most " + std::to_string(comm::kHandshakeTag / comm::kTagsPerChannel) +
                    " (MoE layers per pair x micro-batches; MPI tags end at 32767)");
         if (!ranks.colocated) {
-          channels_[{l, j}] = std::make_unique<Channel>(*pair_group_, std::move(c), backend_, stream_);
+          Transport& group = handed ? *hand_off_group_[static_cast<std::size_t>(i)] : *pair_group_;
+          channels_[{l, j}] = std::make_unique<Channel>(group, std::move(c), backend_, stream_);
           continue;
         }
         auto& ends = colocated_[{l, j}];  // both ends post their handshake before either waits
@@ -192,6 +221,7 @@ class ChannelExchange {
   host::Backend backend_;
   host::Stream stream_ = host::Stream::caller();
   std::optional<Transport> pair_group_, attention_group_;
+  std::vector<std::optional<Transport>> hand_off_group_;  // by pair: (A_i, F_i, next attention worker)
   std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels_;  // (layer, mb)
   // Colocated: the worker's dual-role view, its two ends, and both channel ends per (layer, mb).
   std::unique_ptr<comm::DualRoleGroup<Transport>> dual_;

@@ -133,9 +133,6 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
     const bool one = o.attention_ranks == 1 && o.ffn_ranks == 1;
     expect(o.exchange != Exchange::kDirect || one, "DisaggregatedOptions.exchange", "direct",
            "channel for workers of several ranks");
-    if (!one || o.exchange == Exchange::kChannel)
-      expect(!o.policy.fuse_combine_dispatch, "DisaggregatedOptions.policy.fuse_combine_dispatch", true,
-             "false with the M2NChannel exchange (stage alignment runs on one rank per worker, exchange direct)");
   }
   expect(o.expert_rank.empty() || static_cast<int>(o.expert_rank.size()) == spec.experts,
          "DisaggregatedOptions.expert_rank.size()", o.expert_rank.size(),

@@ -28,7 +28,11 @@
 ///  - residual-stream hand-offs between attention workers where the schedule has them.
 /// Channel exchange: `comm::M2NChannel` per (MoE layer, micro-batch) between the M ranks
 /// of A_i (each a share of the micro-batch) and the N ranks of F_i (experts by
-/// `DisaggregatedOptions::expert_rank`); no stage alignment.
+/// `DisaggregatedOptions::expert_rank`). With stage alignment the channel hands off: F_l
+/// returns to the M ranks of A_{l+1}, which combine and later send dL/dy to F_l; the
+/// residual stream goes beside it, rank a of A_l to rank a of A_{l+1} (forward: the
+/// residual; backward: dL/dy for the residual branch). With one pair A_{l+1} = A_l and
+/// the fused transfer is a plain return.
 ///
 /// Colocated baselines (`DisaggregatedOptions::schedule` 1F1B or A2A overlap, the op lists
 /// of `schedule::OneFOneB` / `schedule::A2AOverlap`): p pipeline stages of G ranks, every
@@ -117,7 +121,9 @@ class DisaggregatedTrainer {
     if (channel_) {
       std::vector<std::int32_t> placement;
       for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e) placement.push_back(expert_rank_of(e));
-      exchange_.emplace(world_, ranks_, layers, spec_, train_.micro_batches, std::move(placement),
+      std::vector<bool> handed(static_cast<std::size_t>(spec_.layers));
+      for (int l = 0; l < spec_.layers; ++l) handed[static_cast<std::size_t>(l)] = handed_off(l);
+      exchange_.emplace(world_, ranks_, layer_worker_, handed, spec_, train_.micro_batches, std::move(placement),
                         options_.executor.timeout);
     }
     agree_on_parameters();
@@ -169,6 +175,9 @@ class DisaggregatedTrainer {
       pending_sends_.clear();
       for (auto& [op, r] : hand_off_recvs_) world_.cancel(r);
       hand_off_recvs_.clear();
+      for (auto& [op, r] : beside_recvs_)
+        if (r) world_.cancel(*r);
+      beside_recvs_.clear();
       wire_.clear();
       if (attention_) attention_->release_all();
       if (experts_) experts_->release_all();
@@ -314,6 +323,8 @@ class DisaggregatedTrainer {
   bool last(int l) const { return l + 1 == spec_.layers; }
   /// Stage alignment on MoE layer l: F_l sends the next layer's input to A_{l+1}.
   bool fused(int l) const { return !ranks_.colocated && moe(l) && !last(l) && options_.policy.fuse_combine_dispatch; }
+  /// Channel exchange: fused layer l whose next layer runs on another attention worker.
+  bool handed_off(int l) const { return channel_ && fused(l) && attention_worker(l + 1) != attention_worker(l); }
   Cell& cell(int mb, int l) { return cells_[static_cast<std::size_t>(mb) * static_cast<std::size_t>(spec_.layers) + static_cast<std::size_t>(l)]; }
 
   template <class F>
@@ -343,6 +354,12 @@ class DisaggregatedTrainer {
       expect(attention_workers(schedule_) == layer_worker_, "layers per worker of the rebuilt schedule",
              schedule::describe_op(schedule_, 0), "the layout the stages were built for");
       lowered_ = schedule::lower(schedule_);
+      combine_dispatch_.assign(2 * static_cast<std::size_t>(m) * static_cast<std::size_t>(spec_.layers), -1);
+      for (std::size_t id = 0; id < schedule_.ops.size(); ++id) {
+        const schedule::Op& o = schedule_.ops[id];
+        if (o.kind == schedule::OpKind::kCombineDispatch)
+          combine_dispatch_[combine_dispatch_index(o.micro_batch, o.layer, o.backward)] = static_cast<int>(id);
+      }
       sequences_per_micro_batch_ = per;
       check_same_program();
     }
@@ -626,8 +643,10 @@ class DisaggregatedTrainer {
       return o.backward ? (second ? Phase::kGradReturn : Phase::kGradDispatch)
                         : (second ? Phase::kReturn : Phase::kDispatch);
     }
-    expect(o.kind == K::kDispatch || o.kind == K::kReturn, "DisaggregatedTrainer transfer",
-           schedule::describe_op(schedule_, task.op), "an M2N dispatch or N2M return (no stage alignment)");
+    expect(o.kind == K::kDispatch || o.kind == K::kReturn || o.kind == K::kCombineDispatch,
+           "DisaggregatedTrainer transfer", schedule::describe_op(schedule_, task.op),
+           "an M2N dispatch, N2M return or fused combine + dispatch");
+    if (o.kind == K::kCombineDispatch) return o.backward ? Phase::kGradDispatch : Phase::kReturn;
     return o.kind == K::kDispatch ? (o.backward ? Phase::kGradDispatch : Phase::kDispatch)
                                   : (o.backward ? Phase::kGradReturn : Phase::kReturn);
   }
@@ -670,6 +689,7 @@ class DisaggregatedTrainer {
           }
         ch.dispatch(step, {c.tokens.data(), tokens_ * h}, ids, gates);
         c.tokens = Matrix();
+        if (handed_off(l)) send_beside(combine_dispatch_op(j, l, false), attention_worker(l + 1), c.residual);
         return true;
       }
       case Phase::kReturn: {
@@ -678,7 +698,12 @@ class DisaggregatedTrainer {
           return true;
         }
         c.y.resize(static_cast<Eigen::Index>(tokens_), spec_.hidden);
-        if (!ch.try_combine({c.y.data(), tokens_ * h})) return false;
+        if (handed_off(l)) {  // A_{l+1}: the residual from A_l (sent at the dispatch), then the rows
+          if (!received_beside(combine_dispatch_op(j, l, false), attention_worker(l), c.residual)) return false;
+          if (!ch.try_receive_return(step, {c.y.data(), tokens_ * h})) return false;
+        } else if (!ch.try_combine({c.y.data(), tokens_ * h})) {
+          return false;
+        }
         const Matrix next = c.residual + c.y;  // as colocated: residual + y
         c.residual = c.y = Matrix();
         hand_on(j, l, next);
@@ -687,6 +712,16 @@ class DisaggregatedTrainer {
       case Phase::kGradDispatch:  // dL/dy towards the experts
         if (!send) return ch.try_receive_grad();
         if (last(l)) (void)head_gradient(j);
+        if (fused(l)) {  // on A_{l+1}: dL/dy of layer l is layer l+1's input gradient
+          Matrix& dh = cell(j, l + 1).dh;
+          if (!handed_off(l)) {
+            c.dy = std::move(dh);  // one pair: A_l is here
+          } else {
+            ch.backward_dispatch({dh.data(), tokens_ * h});
+            send_beside(combine_dispatch_op(j, l, true), attention_worker(l), dh);  // A_l's residual branch
+            return true;
+          }
+        }
         ch.backward_dispatch({c.dy.data(), tokens_ * h});
         return true;
       case Phase::kGradReturn: {
@@ -694,6 +729,8 @@ class DisaggregatedTrainer {
           ch.send_grad();
           return true;
         }
+        if (handed_off(l) && !received_beside(combine_dispatch_op(j, l, true), attention_worker(l + 1), c.dy))
+          return false;  // dL/dy from A_{l+1}, sent with its backward dispatch
         d_gates_.resize(tokens_ * slots);
         c.d_tokens.resize(static_cast<Eigen::Index>(tokens_), spec_.hidden);
         if (!ch.try_backward_combine({c.d_tokens.data(), tokens_ * h}, d_gates_)) return false;
@@ -730,6 +767,36 @@ class DisaggregatedTrainer {
     return true;
   }
 
+  /// Stage alignment over a channel: rank a of one attention worker sends `m` (tokens x
+  /// hidden, kept until the step ends) to rank a of attention worker `to`, tagged by the
+  /// fused op `id` it travels beside.
+  void send_beside(int id, int to, const Matrix& m) {
+    pending_sends_.push_back(world_.isend(world_rank(to, index_), id % world_.max_tag(),
+                                          std::as_bytes(std::span(m.data(), static_cast<std::size_t>(m.size())))));
+  }
+  /// The matching receive from rank a of attention worker `from` into `m`: posted on the
+  /// first call, true once it arrived.
+  bool received_beside(int id, int from, Matrix& m) {
+    auto it = beside_recvs_.find(id);
+    if (it == beside_recvs_.end()) {
+      m.resize(static_cast<Eigen::Index>(tokens_), spec_.hidden);
+      it = beside_recvs_
+               .emplace(id, world_.irecv(world_rank(from, index_), id % world_.max_tag(),
+                                         std::as_writable_bytes(std::span(m.data(), static_cast<std::size_t>(m.size())))))
+               .first;
+    }
+    if (it->second && world_.test(*it->second)) it->second.reset();
+    return !it->second;
+  }
+  int combine_dispatch_op(int j, int l, bool backward) const {
+    return combine_dispatch_[combine_dispatch_index(j, l, backward)];
+  }
+  std::size_t combine_dispatch_index(int j, int l, bool backward) const {
+    return ((backward ? 1u : 0u) * static_cast<std::size_t>(train_.micro_batches) + static_cast<std::size_t>(j)) *
+               static_cast<std::size_t>(spec_.layers) +
+           static_cast<std::size_t>(l);
+  }
+
   /// After the program: hand-off sends complete, channels flushed, and the attention
   /// workers' replicas sum their gradients.
   void finish_channel_step() {
@@ -739,6 +806,7 @@ class DisaggregatedTrainer {
         fail<TimeoutError>("hand-off send of step " + std::to_string(step_ + 1), "pending",
                            "completion within the deadline (is the receiving rank dead?)");
     pending_sends_.clear();
+    beside_recvs_.clear();
     wire_.clear();
     exchange_->flush();
     if (attention_) exchange_->sum_replica_gradients(attention_->parameters());
@@ -814,6 +882,8 @@ class DisaggregatedTrainer {
   std::optional<ChannelExchange<Transport, T>> exchange_;
   std::vector<typename Transport::Request> pending_sends_;  // channel mode: hand-offs between A workers
   std::map<int, typename Transport::Request> hand_off_recvs_;  // channel mode: posted hand-off receives, by op
+  std::map<int, std::optional<typename Transport::Request>> beside_recvs_;  // stage alignment: by fused op (done: empty)
+  std::vector<int> combine_dispatch_;  // fused op of (backward, micro-batch, layer), -1: none
   std::vector<float> d_gates_;                                  // channel mode: dL/dgate of one exchange
   std::optional<AttentionStage<Attention>> attention_;
   std::optional<ExpertStage<Experts>> experts_;
