@@ -13,6 +13,7 @@
 /// experts ascending by global id, rows ascending inside an expert.
 #pragma once
 
+#include <disagmoe/comm/send_once.hpp>
 #include <disagmoe/error.hpp>
 
 #include <algorithm>
@@ -54,23 +55,22 @@ class SendOnceLayout {
     ranks_ = num_ranks;
     const auto experts = static_cast<std::int64_t>(expert_rank.size());
     detail::grow(dest_of_slot_, topk_ids.size());
+    detail::grow(token_dest_, topk_ids.size());
     counts_.assign(static_cast<std::size_t>(num_ranks), 0);
     token_offsets_.resize(tokens_ + 1);
     token_offsets_[0] = 0;
-    // Pass 1: the destination of every slot; count each (token, destination) once.
+    // Pass 1: the destination of every slot; each token's distinct destinations, counted.
     for (std::size_t t = 0; t < tokens_; ++t) {
-      std::int64_t degree = 0;
       for (std::size_t j = 0; j < k; ++j) {
         const std::int64_t e = topk_ids[t * k + j];
         if (e < 0 || e >= experts) fail("topk_ids[token * top_k + slot]", e, "an expert id in [0, experts)");
         const std::int32_t d = expert_rank[static_cast<std::size_t>(e)];
         if (d < 0 || d >= num_ranks) fail("expert_rank[expert]", d, "a rank in [0, num_ranks)");
         dest_of_slot_[t * k + j] = d;
-        if (!seen_before(t, j, k, d)) {
-          ++counts_[static_cast<std::size_t>(d)];
-          ++degree;
-        }
       }
+      const auto q = static_cast<std::size_t>(token_offsets_[t]);
+      const int degree = distinct_destinations(dest_of_slot_.data() + t * k, top_k, token_dest_.data() + q);
+      for (int i = 0; i < degree; ++i) ++counts_[static_cast<std::size_t>(token_dest_[q + static_cast<std::size_t>(i)])];
       token_offsets_[t + 1] = token_offsets_[t] + degree;
     }
     offsets_.resize(static_cast<std::size_t>(num_ranks) + 1);
@@ -80,20 +80,15 @@ class SendOnceLayout {
     // Pass 2: a counting sort by destination, stable in token order.
     detail::grow(row_token_, static_cast<std::size_t>(offsets_.back()));
     detail::grow(token_rows_, static_cast<std::size_t>(token_offsets_.back()));
+    // Destinations ascend within a token and rows are numbered destination-major, so a
+    // token's rows come out ascending.
     cursor_.assign(offsets_.begin(), offsets_.end() - 1);
     for (std::size_t t = 0; t < tokens_; ++t) {
-      auto q = static_cast<std::size_t>(token_offsets_[t]);
-      const auto q_begin = q;
-      for (std::size_t j = 0; j < k; ++j) {
-        const std::int32_t d = dest_of_slot_[t * k + j];
-        if (seen_before(t, j, k, d)) continue;
-        const auto row = cursor_[static_cast<std::size_t>(d)]++;
+      for (auto q = static_cast<std::size_t>(token_offsets_[t]); q < static_cast<std::size_t>(token_offsets_[t + 1]); ++q) {
+        const auto row = cursor_[static_cast<std::size_t>(token_dest_[q])]++;
         row_token_[static_cast<std::size_t>(row)] = static_cast<std::int64_t>(t);
-        token_rows_[q++] = row;
+        token_rows_[q] = row;
       }
-      // Rows are numbered destination-major, so sorting rows sorts destinations.
-      std::sort(token_rows_.begin() + static_cast<std::ptrdiff_t>(q_begin),
-                token_rows_.begin() + static_cast<std::ptrdiff_t>(q));
     }
   }
 
@@ -126,15 +121,9 @@ class SendOnceLayout {
   }
 
  private:
-  bool seen_before(std::size_t t, std::size_t j, std::size_t k, std::int32_t d) const {
-    for (std::size_t i = 0; i < j; ++i)
-      if (dest_of_slot_[t * k + i] == d) return true;
-    return false;
-  }
-
   std::size_t tokens_ = 0;
   int ranks_ = 0;
-  std::vector<std::int32_t> dest_of_slot_;
+  std::vector<std::int32_t> dest_of_slot_, token_dest_;  // token_dest_: segments as token_rows_
   std::vector<std::int64_t> counts_, offsets_, cursor_;
   std::vector<std::int64_t> token_offsets_, token_rows_, row_token_;
 };

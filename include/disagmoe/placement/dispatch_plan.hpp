@@ -6,6 +6,7 @@
 /// no dependency beyond the standard library, so the M2N channel can consume it.
 #pragma once
 
+#include <disagmoe/comm/send_once.hpp>
 #include <disagmoe/error.hpp>
 
 #include <cstdint>
@@ -48,23 +49,6 @@ struct DispatchPlan {
   std::int64_t bytes_inter_node() const noexcept { return rows_inter_node * bytes_per_row; }  ///< bytes over the inter-node network
 };
 
-namespace detail {
-/// Writes the distinct values of `gpu[0..k)` ascending to `out`; returns how many.
-/// Insertion into a sorted prefix: O(k^2), fastest for the k <= 16 of real routers.
-inline int distinct_destinations(const std::int32_t* gpu, int k, std::int32_t* out) noexcept {
-  int n = 0;
-  for (int i = 0; i < k; ++i) {
-    const std::int32_t g = gpu[i];
-    int j = n;
-    while (j > 0 && out[j - 1] > g) --j;
-    if (j > 0 && out[j - 1] == g) continue;
-    for (int m = n; m > j; --m) out[m] = out[m - 1];
-    out[j] = g;
-    ++n;
-  }
-  return n;
-}
-}  // namespace detail
 
 /// Builds the plan from `expert_gpu` ([token][slot]: the GPU of each chosen expert),
 /// `home` (GPU of each token before dispatch) and the topology. Throws ConfigError on
@@ -98,7 +82,7 @@ inline DispatchPlan make_dispatch_plan(std::span<const std::int32_t> expert_gpu,
              g[s], "0 <= gpu < " + std::to_string(gpus));
     const std::int32_t h = home[t];
     expect(h >= 0 && h < gpus, "DispatchPlan token " + std::to_string(t) + " home", h, "0 <= home < " + std::to_string(gpus));
-    const int n = detail::distinct_destinations(g, top_k, buf.data());
+    const int n = comm::distinct_destinations(g, top_k, buf.data());
     for (int i = 0; i < n; ++i) {
       const std::int32_t d = buf[static_cast<std::size_t>(i)];
       p.dest.push_back(d);

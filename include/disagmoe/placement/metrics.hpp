@@ -81,7 +81,7 @@ inline PlacementMetrics evaluate_placement(const RoutingTrace& trace, const Plac
         ++load[static_cast<std::size_t>(gpu[static_cast<std::size_t>(s)])];
         local += gpu[static_cast<std::size_t>(s)] == h;
       }
-      const int n = detail::distinct_destinations(gpu.data(), k, dst.data());
+      const int n = comm::distinct_destinations(gpu.data(), k, dst.data());
       dedup += n;
       for (int i = 0; i < n; ++i) m.cross_node_rows += dst[static_cast<std::size_t>(i)] / K != h / K;
     }
