@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -229,16 +231,26 @@ inline ChannelConfig config_of(const Problem& p, int timeout_ms) {
 /// Runs all steps of `p` (forward, return, backward) on this world rank and checks
 /// every output against the oracles. Collective over `world`. `threaded`: the channel's
 /// kernels run on a stream with a thread of its own (results read after a sync).
+/// `channels` > 1: one connection (one handshake) with that many channels, step s on
+/// channel s mod channels.
 template <class T>
-void run_exchange(T& world, const Problem& p, int kernel_threads = 1, bool threaded = false) {
+void run_exchange(T& world, const Problem& p, int kernel_threads = 1, bool threaded = false, int channels = 1) {
   const int me = world.rank();
   auto pair = world.split(p.pair_members);
   if (!pair) return;  // idle rank
   auto cfg = config_of(p, 3000);  // generous for a shared 2-core machine; a failing rank costs this much
   Device dev(kernel_threads, threaded);
-  Channel<T> ch(*pair, cfg, dev.backend, dev.stream);
+  std::optional<disagmoe::comm::M2NConnection<T>> connection;
+  std::vector<std::unique_ptr<Channel<T>>> chans;
+  if (channels == 1) {
+    chans.push_back(std::make_unique<Channel<T>>(*pair, cfg, dev.backend, dev.stream));
+  } else {
+    connection.emplace(*pair, cfg, sizeof(float), channels);
+    for (int c = 0; c < channels; ++c) chans.push_back(std::make_unique<Channel<T>>(*connection, c, dev.backend, dev.stream));
+  }
   const auto h = static_cast<std::size_t>(p.h), k = static_cast<std::size_t>(p.k);
   for (int s = 0; s < p.steps; ++s) {
+    auto& ch = *chans[static_cast<std::size_t>(s % channels)];
     const auto& step = p.batches[static_cast<std::size_t>(s)];
     if (pair->rank() >= p.m + p.n) {  // next-layer A-rank (hand-off)
       const auto& b = step[static_cast<std::size_t>(pair->rank() - p.m - p.n)];
@@ -320,7 +332,7 @@ void run_exchange(T& world, const Problem& p, int kernel_threads = 1, bool threa
       ch.send_grad();
     }
   }
-  ch.flush();  // a peer may still be receiving this rank's last sends
+  for (auto& ch : chans) ch->flush();  // a peer may still be receiving this rank's last sends
 }
 
 /// A fixed problem on the whole world: A-ranks [0, w/2), F-ranks the rest, every

@@ -25,13 +25,14 @@ std::vector<std::string> per_rank(int world_size, Body&& body) {
 
 /// Runs the exchange suite on every rank; reports a verification failure in
 /// preference to the timeouts it causes on the other ranks.
-void check_exchange(const LoopbackWorld& world, const exchange::Problem& p, int threads = 1, bool threaded = false) {
+void check_exchange(const LoopbackWorld& world, const exchange::Problem& p, int threads = 1, bool threaded = false,
+                    int channels = 1) {
   REQUIRE(!p.pair_members.empty());
   std::mutex mu;
   std::string failure, other;
   host::run_ranks(world, [&](LoopbackTransport& t) {
     try {
-      exchange::run_exchange(t, p, threads, threaded);
+      exchange::run_exchange(t, p, threads, threaded, channels);
     } catch (const exchange::Failure& e) {
       std::lock_guard lock(mu);
       failure = e.what();
@@ -81,6 +82,31 @@ TEST_CASE("kernels on a stream with a thread of its own: sends wait for them, re
     const int world_size = 3 + static_cast<int>(seed % 5);
     INFO("seed = " << seed << ", hand_off = " << hand_off);
     check_exchange(LoopbackWorld(world_size), exchange::make_problem(seed, world_size, false, hand_off), 2, true);
+  }
+}
+
+TEST_CASE("channels of one connection: one handshake, each its own tags and state") {
+  for (std::uint64_t seed = 140; seed <= 150; ++seed) {
+    const bool hand_off = seed % 2 == 0;
+    const int world_size = 3 + static_cast<int>(seed % 5);
+    INFO("seed = " << seed << ", hand_off = " << hand_off);
+    auto p = exchange::make_problem(seed, world_size, false, hand_off);
+    check_exchange(LoopbackWorld(world_size), p, 1, false, 2);
+  }
+  // A rank whose connection has another channel count is named at the handshake.
+  const auto p = exchange::fixed_problem(2);
+  std::vector<std::string> errors(2);
+  host::run_ranks(LoopbackWorld(2), [&](LoopbackTransport& t) {
+    auto pair = t.split(p.pair_members);
+    try {
+      comm::M2NConnection<LoopbackTransport> c(*pair, exchange::config_of(p, 3000), sizeof(float), t.rank() == 0 ? 2 : 3);
+    } catch (const ConfigError& e) {
+      errors[static_cast<std::size_t>(t.rank())] = e.what();
+    }
+  });
+  for (const auto& e : errors) {
+    CAPTURE(e);
+    CHECK(e.find("channels of the connection") != std::string::npos);
   }
 }
 

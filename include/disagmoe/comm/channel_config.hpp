@@ -73,11 +73,11 @@ inline void validate(const ChannelConfig& c, int pair_size) {
 
 /// The fields every rank of a channel must agree on, as exchanged at creation.
 struct ChannelFingerprint {
-  static constexpr std::array<std::string_view, 10> kNames{
+  static constexpr std::array<std::string_view, 11> kNames{
       "ChannelConfig.attention_ranks", "ChannelConfig.ffn_ranks", "ChannelConfig.hidden",
       "ChannelConfig.top_k",           "ChannelConfig.expert_rank.size()", "element size (bytes)",
       "ChannelConfig.expert_rank (hash)", "ChannelConfig.tag_base", "ChannelConfig.name (hash)",
-      "ChannelConfig.hand_off"};
+      "ChannelConfig.hand_off", "channels of the connection"};
   std::array<std::int64_t, kNames.size()> values{};
 
   /// FNV-1a, 64 bit (Fowler, Noll, Vo; IETF draft-eastlake-fnv).
@@ -88,8 +88,8 @@ struct ChannelFingerprint {
     return static_cast<std::int64_t>(h >> 1);
   }
 
-  /// The fingerprint of `c` for elements of `element_bytes` bytes.
-  static ChannelFingerprint of(const ChannelConfig& c, std::size_t element_bytes) {
+  /// The fingerprint of `c` for `channels` channels of elements of `element_bytes` bytes.
+  static ChannelFingerprint of(const ChannelConfig& c, std::size_t element_bytes, int channels = 1) {
     ChannelFingerprint f;
     f.values = {c.attention_ranks,
                 c.ffn_ranks,
@@ -100,7 +100,8 @@ struct ChannelFingerprint {
                 hash(c.expert_rank.data(), c.expert_rank.size() * sizeof(std::int32_t)),
                 c.tag_base,
                 hash(c.name.data(), c.name.size()),
-                c.hand_off ? 1 : 0};
+                c.hand_off ? 1 : 0,
+                channels};
     return f;
   }
 

@@ -20,7 +20,9 @@
 /// Call sequence per step. A-rank: dispatch -> combine [-> backward_dispatch ->
 /// backward_combine]. F-rank: receive -> (fill expert_output) -> send_return
 /// [-> receive_grad -> (fill expert_grad_input) -> send_grad]. One channel carries one
-/// micro-batch at a time; keep one channel per micro-batch in flight. Every call that
+/// micro-batch at a time; keep one channel per micro-batch in flight, all of a layer's on
+/// one `M2NConnection` (comm/m2n_connection.hpp: the pair group, configuration and the
+/// one handshake they share), or give a channel a connection of its own. Every call that
 /// waits (combine, backward_combine, receive, receive_grad, receive_return) has a `try_` twin that never
 /// blocks: it posts what it can, returns false while transfers are outstanding and true
 /// once done, so that one comm stream can keep many channels in flight.
@@ -47,6 +49,7 @@
 #include <disagmoe/comm/backend.hpp>
 #include <disagmoe/comm/channel_config.hpp>
 #include <disagmoe/comm/layout.hpp>
+#include <disagmoe/comm/m2n_connection.hpp>
 #include <disagmoe/comm/pending_transfers.hpp>
 #include <disagmoe/comm/transport.hpp>
 #include <disagmoe/error.hpp>
@@ -55,6 +58,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <sstream>
@@ -83,22 +87,17 @@ class M2NChannel {
 
  public:
 
-  /// Collective over `pair`: validates `config` (ConfigError), then exchanges
-  /// fingerprints with every other rank and throws ConfigError naming the first field
-  /// on which some rank differs, or TimeoutError if a rank does not answer.
-  /// Kernels run on `stream` of `backend`.
-  M2NChannel(T& pair, ChannelConfig config, B& backend, Stream& stream)
-      : M2NChannel(pair, std::move(config), backend, stream, DeferHandshake{}) {
-    complete_handshake();
-  }
-  /// Marks the two-step creation: the constructor posts the handshake and
-  /// `complete_handshake()` waits for it, so that one thread can create several
-  /// endpoints of one pair group (comm/dual_role.hpp) before any of them waits.
-  struct DeferHandshake {};
-  /// Validates `config` and posts the handshake; call complete_handshake() before use.
-  M2NChannel(T& pair, ChannelConfig config, B& backend, Stream& stream, DeferHandshake)
-      : pair_(pair), config_(std::move(config)), backend_(backend), stream_(stream), transfers_(pair) {
-    validate(config_, pair_.size());
+  /// Channel `index` of `connection` (which must outlive it); usable once the
+  /// connection's handshake completed. Kernels run on `stream` of `backend`.
+  M2NChannel(M2NConnection<T>& connection, int index, B& backend, Stream& stream)
+      : connection_(&connection), pair_(connection.pair()), config_(connection.config()), backend_(backend),
+        stream_(stream), transfers_(connection.pair()) {
+    expect(index >= 0 && index < connection.channels(), "M2NChannel index", index,
+           "a channel of the connection [0, " + std::to_string(connection.channels()) + ")");
+    expect(connection.element_bytes() == sizeof(Elem), "M2NChannel element size (bytes)", sizeof(Elem),
+           "the connection's (" + std::to_string(connection.element_bytes()) + ")");
+    tag_base_ = connection.tag_base(index);
+    name_ = connection.channel_name(index);
     m_ = config_.attention_ranks;
     n_ = config_.ffn_ranks;
     h_ = static_cast<std::size_t>(config_.hidden);
@@ -108,8 +107,18 @@ class M2NChannel {
             : pair_.rank() < m_ + n_ ? Role::kFfn
                                      : Role::kNextAttention;
     if (role_ == Role::kFfn) arrival_.set_placement(config_.expert_rank, pair_.rank() - m_);
-    post_handshake();
   }
+  /// A channel with a connection of its own. Collective over `pair`: validates `config`
+  /// (ConfigError), then exchanges fingerprints with every other rank and throws
+  /// ConfigError naming the first field on which some rank differs, or TimeoutError if a
+  /// rank does not answer.
+  M2NChannel(T& pair, ChannelConfig config, B& backend, Stream& stream)
+      : M2NChannel(std::make_unique<M2NConnection<T>>(pair, std::move(config), sizeof(Elem)), backend, stream) {}
+  using DeferHandshake = typename M2NConnection<T>::DeferHandshake;
+  /// The same, the handshake posted only: call complete_handshake() before use.
+  M2NChannel(T& pair, ChannelConfig config, B& backend, Stream& stream, DeferHandshake)
+      : M2NChannel(std::make_unique<M2NConnection<T>>(pair, std::move(config), sizeof(Elem), 1, DeferHandshake{}),
+                   backend, stream) {}
   M2NChannel(const M2NChannel&) = delete;
   M2NChannel& operator=(const M2NChannel&) = delete;
   /// Withdraws anything still in flight (the peers then see a timeout, not garbage)
@@ -322,16 +331,11 @@ class M2NChannel {
   /// (the destructor cancels instead, so a peer still waiting would time out).
   void flush() { wait_pending(); }
 
-  /// Second step of a deferred creation: waits for every peer's fingerprint and throws
-  /// ConfigError naming the first field on which some rank differs, or TimeoutError.
+  /// Second step of a deferred creation of a channel with its own connection.
   void complete_handshake() {
-    expect(state_ == State::kHandshake, channel_field("complete_handshake"), "called twice",
-           "one call after a deferred creation");
-    wait_pending();
-    const int size = pair_.size(), me = pair_.rank();
-    for (int p = 0; p < size; ++p)
-      if (p != me) mine_.check_same(theirs_[static_cast<std::size_t>(p)], config_.name, me, p);
-    state_ = State::kIdle;
+    expect(owned_ != nullptr, channel_field("complete_handshake"), "a shared connection",
+           "M2NConnection::complete_handshake() on the connection");
+    owned_->complete_handshake();
   }
 
   // ---- F-rank side -------------------------------------------------------------
@@ -657,7 +661,7 @@ class M2NChannel {
 
   /// Where a try_ receive stands between calls.
   enum class Phase { kNone, kHeaders, kRows };
-  enum class State { kHandshake, kIdle, kDispatched, kCombined, kBackwardDispatched, kReceived, kReturned,
+  enum class State { kIdle, kDispatched, kCombined, kBackwardDispatched, kReceived, kReturned,
                      kGradReceived, kGradSent, kFailed };
   // F -> next-layer A reuses kHeader / kMeta (return header / tokens): matching is
   // per (source, tag) and a next-layer A-rank receives nothing else from F-ranks.
@@ -695,7 +699,7 @@ class M2NChannel {
   void enter(Role role, const char* call, std::initializer_list<State> allowed) {
     if (state_ == State::kFailed)
       fail(channel_field(call), "failed", "a channel that has not timed out (create a new one)");
-    if (state_ == State::kHandshake)
+    if (!connection_->ready())
       fail(channel_field(call), "handshake pending", "complete_handshake() after a deferred creation");
     if (role != role_)
       fail(channel_field(call), role_name(role_), std::string("a rank of role ") + role_name(role));
@@ -705,12 +709,12 @@ class M2NChannel {
 
   template <class V>
   void send(int peer, int tag, std::span<V> data, const char* what) {
-    transfers_.send(peer, config_.tag_base + tag, data, what);
+    transfers_.send(peer, tag_base_ + tag, data, what);
     bytes_sent_ += static_cast<std::int64_t>(data.size_bytes());
   }
   template <class V>
   void recv(int peer, int tag, std::span<V> data, const char* what) {
-    transfers_.recv(peer, config_.tag_base + tag, data, what);
+    transfers_.recv(peer, tag_base_ + tag, data, what);
   }
 
   /// True once the channel's kernels have run and every posted transfer completed (the
@@ -763,40 +767,27 @@ class M2NChannel {
   static const char* role_name(Role r) {
     return r == Role::kAttention ? "A-rank" : r == Role::kFfn ? "F-rank" : "next-layer A-rank";
   }
-  std::string peer_name(int pair_rank) const {
-    std::ostringstream os;
-    if (pair_rank < m_) os << "A-rank " << pair_rank;
-    else if (pair_rank < m_ + n_) os << "F-rank " << pair_rank - m_;
-    else os << "next-layer A-rank " << pair_rank - m_ - n_;
-    os << " (pair rank " << pair_rank << ")";
-    return os.str();
-  }
+  std::string peer_name(int pair_rank) const { return comm::peer_name(config_, pair_rank); }
   std::string channel_field(const char* call) const {
     std::ostringstream os;
-    os << "M2NChannel '" << config_.name << "' step " << step_ << ' ' << call;
+    os << "M2NChannel '" << name_ << "' step " << step_ << ' ' << call;
     return os.str();
   }
   std::string peer_field(int pair_rank, const char* what) const {
     return channel_field("receive") + " " + what + " from " + peer_name(pair_rank);
   }
 
-  void post_handshake() {
-    const int size = pair_.size(), me = pair_.rank();
-    mine_ = ChannelFingerprint::of(config_, sizeof(Elem));
-    theirs_.resize(static_cast<std::size_t>(size));
-    step_ = -1;
-    state_ = State::kHandshake;
-    pair_.group_begin();
-    for (int p = 0; p < size; ++p) {
-      if (p == me) continue;
-      transfers_.recv(p, kHandshakeTag, span_of(theirs_, static_cast<std::size_t>(p), 1), "creation handshake");
-      transfers_.send(p, kHandshakeTag, std::span<const ChannelFingerprint>(&mine_, 1), "creation handshake");
-    }
-    pair_.group_end();
+  /// Adopts a connection of its own (one channel).
+  M2NChannel(std::unique_ptr<M2NConnection<T>> own, B& backend, Stream& stream) : M2NChannel(*own, 0, backend, stream) {
+    owned_ = std::move(own);
   }
 
+  std::unique_ptr<M2NConnection<T>> owned_;  // a connection of its own, if any
+  M2NConnection<T>* connection_;
   T& pair_;
-  ChannelConfig config_;
+  const ChannelConfig& config_;
+  int tag_base_ = 0;
+  std::string name_;
   B& backend_;
   Stream& stream_;
   PendingTransfers<T> transfers_;
@@ -811,8 +802,6 @@ class M2NChannel {
   std::int64_t step_ = -1;
   std::size_t tokens_ = 0;
   std::int64_t last_rows_sent_ = 0, bytes_sent_ = 0;
-  ChannelFingerprint mine_;
-  std::vector<ChannelFingerprint> theirs_;
   std::vector<std::array<std::int64_t, 2>> headers_, ret_headers_;  // (step, rows) per peer
   // A side.
   SendOnceLayout layout_;

@@ -109,26 +109,32 @@ class ChannelExchange {
       const bool handed = !ranks.colocated && hand_off[static_cast<std::size_t>(l)];
       const bool next_here = handed && attention && layer_worker[static_cast<std::size_t>(l) + 1] == pair;
       if (i != pair && !next_here) continue;  // not a member of layer l's channels
-      for (int j = 0; j < micro_batches; ++j) {
-        comm::ChannelConfig c = base;
-        c.name = "layer " + std::to_string(l) + " micro-batch " + std::to_string(j);
-        c.hand_off = handed;
-        c.tag_base = comm::kTagsPerChannel * (count * micro_batches + j);
-        expect(c.tag_base + comm::kTagsPerChannel <= comm::kHandshakeTag, "channels per pair", count * micro_batches + j + 1,
-               "at most " + std::to_string(comm::kHandshakeTag / comm::kTagsPerChannel) +
-                   " (MoE layers per pair x micro-batches; MPI tags end at 32767)");
-        if (!ranks.colocated) {
-          Transport& group = handed ? *hand_off_group_[static_cast<std::size_t>(i)] : *pair_group_;
-          channels_[{l, j}] = std::make_unique<Channel>(group, std::move(c), backend_, stream_);
-          continue;
-        }
-        auto& ends = colocated_[{l, j}];  // both ends post their handshake before either waits
-        ends.first = std::make_unique<EndChannel>(attention_end_, c, backend_, stream_, typename EndChannel::DeferHandshake{});
-        ends.second =
-            std::make_unique<EndChannel>(ffn_end_, std::move(c), backend_, stream_, typename EndChannel::DeferHandshake{});
-        ends.first->complete_handshake();
-        ends.second->complete_handshake();
+      comm::ChannelConfig c = base;  // one connection per layer, a channel per micro-batch
+      c.name = "layer " + std::to_string(l);
+      c.hand_off = handed;
+      c.tag_base = comm::kTagsPerChannel * count * micro_batches;
+      expect(c.tag_base + comm::kTagsPerChannel * micro_batches <= comm::kHandshakeTag, "channels per pair",
+             (count + 1) * micro_batches,
+             "at most " + std::to_string(comm::kHandshakeTag / comm::kTagsPerChannel) +
+                 " (MoE layers per pair x micro-batches; MPI tags end at 32767)");
+      if (!ranks.colocated) {
+        Transport& group = handed ? *hand_off_group_[static_cast<std::size_t>(i)] : *pair_group_;
+        auto* conn = connections_.emplace_back(
+            std::make_unique<comm::M2NConnection<Transport>>(group, std::move(c), sizeof(T), micro_batches)).get();
+        for (int j = 0; j < micro_batches; ++j) channels_[{l, j}] = std::make_unique<Channel>(*conn, j, backend_, stream_);
+        continue;
       }
+      // Both ends post their handshake before either waits.
+      using Defer = typename comm::M2NConnection<End>::DeferHandshake;
+      auto* a = end_connections_.emplace_back(
+          std::make_unique<comm::M2NConnection<End>>(attention_end_, c, sizeof(T), micro_batches, Defer{})).get();
+      auto* f = end_connections_.emplace_back(
+          std::make_unique<comm::M2NConnection<End>>(ffn_end_, std::move(c), sizeof(T), micro_batches, Defer{})).get();
+      a->complete_handshake();
+      f->complete_handshake();
+      for (int j = 0; j < micro_batches; ++j)
+        colocated_[{l, j}] = {std::make_unique<EndChannel>(*a, j, backend_, stream_),
+                              std::make_unique<EndChannel>(*f, j, backend_, stream_)};
     }
   }
 
@@ -213,8 +219,9 @@ class ChannelExchange {
   }
   static std::size_t bytes_of(const Matrix& m) { return static_cast<std::size_t>(m.size()) * sizeof(T); }
 
+  using End = comm::DualRoleTransport<Transport>;
   using Channel = comm::M2NChannel<Transport, host::Backend, T>;
-  using EndChannel = comm::M2NChannel<comm::DualRoleTransport<Transport>, host::Backend, T>;
+  using EndChannel = comm::M2NChannel<End, host::Backend, T>;
 
   ModelSpec spec_;
   std::chrono::milliseconds timeout_;
@@ -222,10 +229,12 @@ class ChannelExchange {
   host::Stream stream_ = host::Stream::caller();
   std::optional<Transport> pair_group_, attention_group_;
   std::vector<std::optional<Transport>> hand_off_group_;  // by pair: (A_i, F_i, next attention worker)
-  std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels_;  // (layer, mb)
+  std::vector<std::unique_ptr<comm::M2NConnection<Transport>>> connections_;  // one per layer
+  std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels_;       // (layer, mb)
   // Colocated: the worker's dual-role view, its two ends, and both channel ends per (layer, mb).
   std::unique_ptr<comm::DualRoleGroup<Transport>> dual_;
-  comm::DualRoleTransport<Transport> attention_end_, ffn_end_;
+  End attention_end_, ffn_end_;
+  std::vector<std::unique_ptr<comm::M2NConnection<End>>> end_connections_;
   std::map<std::pair<int, int>, std::pair<std::unique_ptr<EndChannel>, std::unique_ptr<EndChannel>>> colocated_;
 };
 
