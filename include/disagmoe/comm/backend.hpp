@@ -3,6 +3,8 @@
 /// The `backend` concept: where a channel's rows live and how its token kernels run.
 /// A back end has
 ///  - streams (`B::Stream`): in-order queues of work; every kernel is enqueued on one;
+///    `comm_stream()` makes one for a worker's comm work (on the host served by the thread
+///    that drives the exchange; on a device, a high-priority stream);
 ///  - events (`B::Event`): `record(s)` marks the work enqueued on `s` so far, `query(e)`
 ///    polls it, `synchronize(e)` waits for it (and reports the stream's error),
 ///    `wait(s, e)` makes later work on `s` wait for it (streams of one worker meet so);
@@ -55,7 +57,7 @@ concept backend =
              const typename std::remove_cvref_t<B>::Event& e, std::span<const std::int32_t> bins,
              std::span<std::int64_t> counts, std::span<const std::int64_t> index, std::span<const float> src,
              std::span<float> dst, std::span<const std::int32_t> slot, std::size_t width) {
-      typename std::remove_cvref_t<B>::Stream;
+      { b.comm_stream() } -> std::same_as<typename std::remove_cvref_t<B>::Stream>;
       requires std::movable<typename std::remove_cvref_t<B>::Event>;
       requires device_buffer<typename std::remove_cvref_t<B>::template Buffer<float>, float>;
       requires device_buffer<typename std::remove_cvref_t<B>::template Buffer<std::int64_t>, std::int64_t>;

@@ -20,9 +20,9 @@
 /// ranks: its dispatch and combine are the all-to-all of colocated EP, run by the same
 /// send-once layout, kernels and summation contract as AF-Pipe's M2N / N2M exchange.
 ///
-/// The channels' kernels run on the host back end, on a stream served by the thread that
-/// drives the exchange (the executor's comm stream), so their results are there when a
-/// call returns.
+/// The channels' kernels run on `Backend`'s comm stream (for the host back end: served by
+/// the thread that drives the exchange, the executor's comm stream, so results are there
+/// when a call returns).
 #pragma once
 
 #include <disagmoe/backend/host/backend.hpp>
@@ -48,7 +48,7 @@
 namespace disagmoe::runtime {
 
 /// See the file comment. `T` is the element type of the rows (the stages' scalar).
-template <comm::transport Transport, class T>
+template <comm::transport Transport, class T, comm::backend Backend = host::Backend>
 class ChannelExchange {
  public:
   using Matrix = model::Matrix<T>;
@@ -220,13 +220,13 @@ class ChannelExchange {
   static std::size_t bytes_of(const Matrix& m) { return static_cast<std::size_t>(m.size()) * sizeof(T); }
 
   using End = comm::DualRoleTransport<Transport>;
-  using Channel = comm::M2NChannel<Transport, host::Backend, T>;
-  using EndChannel = comm::M2NChannel<End, host::Backend, T>;
+  using Channel = comm::M2NChannel<Transport, Backend, T>;
+  using EndChannel = comm::M2NChannel<End, Backend, T>;
 
   ModelSpec spec_;
   std::chrono::milliseconds timeout_;
-  host::Backend backend_;
-  host::Stream stream_ = host::Stream::caller();
+  Backend backend_{};
+  typename Backend::Stream stream_ = backend_.comm_stream();
   std::optional<Transport> pair_group_, attention_group_;
   std::vector<std::optional<Transport>> hand_off_group_;  // by pair: (A_i, F_i, next attention worker)
   std::vector<std::unique_ptr<comm::M2NConnection<Transport>>> connections_;  // one per layer

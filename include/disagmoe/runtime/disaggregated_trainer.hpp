@@ -71,8 +71,10 @@
 
 namespace disagmoe::runtime {
 
-/// See the file comment. One object per rank; `world` must outlive it.
-template <attention_compute Attention, expert_compute Experts, comm::transport Transport>
+/// See the file comment. One object per rank; `world` must outlive it. `Backend` holds
+/// the M2NChannel exchange's buffers and runs its kernels (comm/backend.hpp).
+template <attention_compute Attention, expert_compute Experts, comm::transport Transport,
+          comm::backend Backend = host::Backend>
 class DisaggregatedTrainer {
  public:
   using T = typename Attention::scalar_type;
@@ -662,7 +664,7 @@ class DisaggregatedTrainer {
   /// One end (`send` or receive) of exchange `ph` of op o's layer and micro-batch; true
   /// when that end is done (a send always is, once posted).
   bool exchange(const schedule::Op& o, Phase ph, bool send) {
-    using Side = typename ChannelExchange<Transport, T>::Side;
+    using Side = typename ChannelExchange<Transport, T, Backend>::Side;
     const int l = o.layer, j = o.micro_batch;
     const bool from_attention = ph == Phase::kDispatch || ph == Phase::kGradDispatch;
     return exchange_->visit(l, j, send == from_attention ? Side::kAttention : Side::kFfn,
@@ -879,7 +881,7 @@ class DisaggregatedTrainer {
   bool channel_ = false;           // M2NChannel exchange (else direct messages)
   std::vector<int> layer_worker_;  // attention worker of every layer
   RankLayout ranks_;
-  std::optional<ChannelExchange<Transport, T>> exchange_;
+  std::optional<ChannelExchange<Transport, T, Backend>> exchange_;
   std::vector<typename Transport::Request> pending_sends_;  // channel mode: hand-offs between A workers
   std::map<int, typename Transport::Request> hand_off_recvs_;  // channel mode: posted hand-off receives, by op
   std::map<int, std::optional<typename Transport::Request>> beside_recvs_;  // stage alignment: by fused op (done: empty)

@@ -16,16 +16,23 @@ struct NotATransport {
   int size() const { return 1; }
 };
 
+struct NotABackend {
+  using Stream = int;
+};
+
 #if defined(CASE_not_a_transport)
 using Pipeline = rt::DisaggregatedTrainer<mo::ReferenceAttention<float>, mo::ReferenceExperts<float>, NotATransport>;
+#elif defined(CASE_not_a_backend)
+using Pipeline = rt::DisaggregatedTrainer<mo::ReferenceAttention<float>, mo::ReferenceExperts<float>,
+                                          disagmoe::host::LoopbackTransport, NotABackend>;
 #elif defined(CASE_swapped_computes)
 using Pipeline = rt::DisaggregatedTrainer<mo::ReferenceExperts<float>, mo::ReferenceAttention<float>,
                                           disagmoe::host::LoopbackTransport>;
 #else
 using Pipeline = rt::DisaggregatedTrainer<mo::ReferenceAttention<float>, mo::ReferenceExperts<float>,
-                                          disagmoe::host::LoopbackTransport>;
+                                          disagmoe::host::LoopbackTransport, disagmoe::host::Backend>;
 #endif
 
 }  // namespace
 
-static_assert(sizeof(Pipeline) > 0, "a pipeline type composed of two computes and a transport");
+static_assert(sizeof(Pipeline) > 0, "a pipeline type composed of two computes, a transport and a back end");

@@ -30,6 +30,8 @@ class Backend {
   explicit Backend(KernelOptions kernels = {}) : kernels_(kernels) {}
   const KernelOptions& kernels() const { return kernels_; }
 
+  /// The comm stream of a host worker: served by the thread that drives the exchange.
+  Stream comm_stream() const { return Stream::caller(); }
   Event record(Stream& s) const { return s.record(); }
   void wait(Stream& s, const Event& e) const { s.wait(e); }
   bool query(const Event& e) const { return e.query(); }
