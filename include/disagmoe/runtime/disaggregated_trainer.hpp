@@ -54,6 +54,7 @@
 #include <disagmoe/runtime/parameter_wire.hpp>
 #include <disagmoe/runtime/rank_agreement.hpp>
 #include <disagmoe/runtime/worker_executor.hpp>
+#include <disagmoe/runtime/world_messages.hpp>
 #include <disagmoe/schedule/afpipe.hpp>
 #include <disagmoe/schedule/lowering.hpp>
 
@@ -173,13 +174,7 @@ class DisaggregatedTrainer {
       return gather_stats();
     } catch (...) {
       failed_ = true;  // the peers' state is out of step with ours: no further steps
-      for (auto& r : pending_sends_) world_.cancel(r);  // before their buffers go
-      pending_sends_.clear();
-      for (auto& [op, r] : hand_off_recvs_) world_.cancel(r);
-      hand_off_recvs_.clear();
-      for (auto& [op, r] : beside_recvs_)
-        if (r) world_.cancel(*r);
-      beside_recvs_.clear();
+      messages_.cancel();  // before their buffers go
       wire_.clear();
       if (attention_) attention_->release_all();
       if (experts_) experts_->release_all();
@@ -750,45 +745,36 @@ class DisaggregatedTrainer {
   /// Residual-stream hand-off between attention workers: rank i of one to rank i of the
   /// other, over the world (sends complete by the end of the step).
   void start_hand_off(const schedule::Task& task) {
-    const int peer = world_rank(task.peer, index_);
-    const int tag = task.op % world_.max_tag();
-    if (task.kind == schedule::TaskKind::kSend) {
-      pending_sends_.push_back(world_.isend(peer, tag, pack(task.op)));
-      return;
-    }
-    auto& buf = wire_[task.op];
-    buf.resize(payload_bytes(task.op));
-    hand_off_recvs_[task.op] = world_.irecv(peer, tag, std::span<std::byte>(buf));
+    if (task.kind == schedule::TaskKind::kSend) messages_.send(task.op, world_rank(task.peer, index_), pack(task.op));
+    else (void)received_hand_off(task);
   }
   bool progress_hand_off(const schedule::Task& task) {
     if (task.kind == schedule::TaskKind::kSend) return true;
-    const auto it = hand_off_recvs_.find(task.op);
-    if (!world_.test(it->second)) return false;
-    hand_off_recvs_.erase(it);
+    if (!received_hand_off(task)) return false;
     unpack(task.op);
     return true;
+  }
+  bool received_hand_off(const schedule::Task& task) {
+    return messages_.received(task.op, world_rank(task.peer, index_), [&] {
+      auto& buf = wire_[task.op];
+      buf.resize(payload_bytes(task.op));
+      return std::span<std::byte>(buf);
+    });
   }
 
   /// Stage alignment over a channel: rank a of one attention worker sends `m` (tokens x
   /// hidden, kept until the step ends) to rank a of attention worker `to`, tagged by the
   /// fused op `id` it travels beside.
   void send_beside(int id, int to, const Matrix& m) {
-    pending_sends_.push_back(world_.isend(world_rank(to, index_), id % world_.max_tag(),
-                                          std::as_bytes(std::span(m.data(), static_cast<std::size_t>(m.size())))));
+    messages_.send(id, world_rank(to, index_), std::as_bytes(std::span(m.data(), static_cast<std::size_t>(m.size()))));
   }
   /// The matching receive from rank a of attention worker `from` into `m`: posted on the
   /// first call, true once it arrived.
   bool received_beside(int id, int from, Matrix& m) {
-    auto it = beside_recvs_.find(id);
-    if (it == beside_recvs_.end()) {
+    return messages_.received(id, world_rank(from, index_), [&] {
       m.resize(static_cast<Eigen::Index>(tokens_), spec_.hidden);
-      it = beside_recvs_
-               .emplace(id, world_.irecv(world_rank(from, index_), id % world_.max_tag(),
-                                         std::as_writable_bytes(std::span(m.data(), static_cast<std::size_t>(m.size())))))
-               .first;
-    }
-    if (it->second && world_.test(*it->second)) it->second.reset();
-    return !it->second;
+      return std::as_writable_bytes(std::span(m.data(), static_cast<std::size_t>(m.size())));
+    });
   }
   int combine_dispatch_op(int j, int l, bool backward) const {
     return combine_dispatch_[combine_dispatch_index(j, l, backward)];
@@ -802,13 +788,7 @@ class DisaggregatedTrainer {
   /// After the program: hand-off sends complete, channels flushed, and the attention
   /// workers' replicas sum their gradients.
   void finish_channel_step() {
-    const auto deadline = comm::deadline_after(options_.executor.timeout);
-    for (auto& r : pending_sends_)
-      if (!world_.wait(r, deadline))
-        fail<TimeoutError>("hand-off send of step " + std::to_string(step_ + 1), "pending",
-                           "completion within the deadline (is the receiving rank dead?)");
-    pending_sends_.clear();
-    beside_recvs_.clear();
+    messages_.finish(comm::deadline_after(options_.executor.timeout), "hand-off send of step " + std::to_string(step_ + 1));
     wire_.clear();
     exchange_->flush();
     if (attention_) exchange_->sum_replica_gradients(attention_->parameters());
@@ -882,9 +862,6 @@ class DisaggregatedTrainer {
   std::vector<int> layer_worker_;  // attention worker of every layer
   RankLayout ranks_;
   std::optional<ChannelExchange<Transport, T, Backend>> exchange_;
-  std::vector<typename Transport::Request> pending_sends_;  // channel mode: hand-offs between A workers
-  std::map<int, typename Transport::Request> hand_off_recvs_;  // channel mode: posted hand-off receives, by op
-  std::map<int, std::optional<typename Transport::Request>> beside_recvs_;  // stage alignment: by fused op (done: empty)
   std::vector<int> combine_dispatch_;  // fused op of (backward, micro-batch, layer), -1: none
   std::vector<float> d_gates_;                                  // channel mode: dL/dgate of one exchange
   std::optional<AttentionStage<Attention>> attention_;
@@ -904,6 +881,9 @@ class DisaggregatedTrainer {
   std::vector<Matrix> final_;
   std::vector<T> loss_;
   std::map<int, std::vector<std::byte>> wire_;  // comm stream only
+  // Channel mode: hand-offs and stage alignment beside a channel (after the buffers they
+  // read and write, so that it is destroyed, cancelling, first).
+  WorldMessages<Transport> messages_{world_};
   std::vector<MeasuredOp> timeline_;
 };
 
