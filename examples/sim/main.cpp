@@ -15,7 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -27,19 +30,68 @@ using nlohmann::json;
 namespace {
 
 // Reads the A/F split from a plan JSON: the fields of plan::Allocation, at the top
-// level or under "allocation" (as disagmoe-plan --json writes it).
-ds::AfLayout read_plan(const std::string& path) {
-  const json j = disagmoe::io::read_json_file(path);
-  const json& a = j.contains("allocation") ? j.at("allocation") : j;
-  const std::string base = j.contains("allocation") ? path + ":$.allocation" : path + ":$";
-  auto field = [&](const char* name) {
-    if (!a.is_object() || !a.contains(name) || !a.at(name).is_number_integer())
-      disagmoe::fail<disagmoe::IoError>(base + "." + name, a.is_object() && a.contains(name) ? a.at(name).dump() : "missing",
-                                        "an integer (plan::Allocation field)");
-    return a.at(name).get<int>();
+// level or under "allocation" (as disagmoe-plan --json writes it). Strict: unknown
+// keys, integers that do not fit, and a plan made for another model, cluster or
+// sequence length are errors (a plan is only valid for what it was made for).
+struct PlanLayout {
+  ds::AfLayout layout;
+  bool recompute = false;
+};
+PlanLayout read_plan(const std::string& path, const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c) {
+  namespace io = disagmoe::io;
+  using disagmoe::IoError;
+  const json j = io::read_json_file(path);
+  const std::string root = path + ":$";
+  disagmoe::expect<IoError>(j.is_object(), root, io::detail::brief(j), "a JSON object (disagmoe-plan --json)");
+  const bool full = j.contains("allocation");
+  if (full) {
+    static const std::vector<std::string> kPlanKeys = {
+        "model", "cluster", "seq_len", "micro_batch", "global_batch", "attention", "ffn", "groups", "recompute",
+        "allocation", "layer_groups", "predicted", "memory_bytes", "roofline", "search", "explanation"};
+    for (const auto& [key, value] : j.items())
+      disagmoe::expect<IoError>(std::find(kPlanKeys.begin(), kPlanKeys.end(), key) != kPlanKeys.end(),
+                                root + "." + key, "(unknown key)", "a key that disagmoe-plan --json writes");
+    auto same = [&](const char* key, const std::string& ours, const char* option) {
+      if (!j.contains(key)) return;
+      std::string theirs;
+      io::detail::read_value(j.at(key), root + "." + key, theirs);
+      disagmoe::expect<IoError>(theirs == ours, root + "." + key, theirs,
+                                std::string("the ") + option + " of this run (" + ours + "): plan again for it");
+    };
+    same("model", m.name, "--model");
+    same("cluster", c.name, "--cluster");
+    same("seq_len", std::to_string(m.seq_len), "--seq-len");
+  }
+  const json& a = full ? j.at("allocation") : j;
+  const std::string base = full ? root + ".allocation" : root;
+  disagmoe::expect<IoError>(a.is_object(), base, io::detail::brief(a), "a JSON object of plan::Allocation fields");
+  static const std::vector<std::string> kFields = {"groups", "attention_gpus_per_node", "ffn_gpus_per_node",
+                                                    "attention_nics_per_node", "ffn_nics_per_node", "recompute"};
+  for (const auto& [key, value] : a.items())
+    disagmoe::expect<IoError>(std::find(kFields.begin(), kFields.end(), key) != kFields.end(), base + "." + key,
+                              "(unknown key)", "a plan::Allocation field (groups, attention_gpus_per_node, "
+                              "ffn_gpus_per_node, attention_nics_per_node, ffn_nics_per_node, recompute)");
+  auto field = [&](const char* name, int lo, int hi) {
+    disagmoe::expect<IoError>(a.contains(name), base + "." + name, "(missing)", "an integer (plan::Allocation field)");
+    int v = 0;
+    io::detail::read_value(a.at(name), base + "." + name, v);  // integer, no narrowing
+    disagmoe::expect<IoError>(v >= lo && v <= hi, base + "." + name, v,
+                              "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] on this cluster");
+    return v;
   };
-  return {field("groups"), field("attention_gpus_per_node"), field("ffn_gpus_per_node"),
-          field("attention_nics_per_node"), field("ffn_nics_per_node")};
+  PlanLayout r;
+  r.layout = {field("groups", 1, c.gpus()), field("attention_gpus_per_node", 1, c.gpus_per_node),
+              field("ffn_gpus_per_node", 1, c.gpus_per_node), field("attention_nics_per_node", 0, c.nics_per_node),
+              field("ffn_nics_per_node", 0, c.nics_per_node)};
+  if (a.contains("recompute")) io::detail::read_value(a.at("recompute"), base + ".recompute", r.recompute);
+  return r;
+}
+
+// Options that shape one schedule only are errors for the others (a silently ignored
+// option hides a typo or a wrong mode).
+void expect_applies(const CLI::App& app, const char* option, bool applies, const char* to) {
+  if (app.count(option) > 0)
+    disagmoe::expect(applies, option, app[option]->as<std::string>(), std::string("to be given only with ") + to);
 }
 
 // The planner's allocation (plan::AdaptiveAllocator: MILP seed + local search).
@@ -138,35 +190,76 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace, "write the timeline as Chrome trace JSON (Perfetto)");
   app.add_option("--svg", svg, "write the timeline as an SVG Gantt chart");
 
+  disagmoe::cli::add_max_memory(app);
+
   return disagmoe::cli::run_main(app, argc, argv, [&] {
-    disagmoe::ModelSpec m = disagmoe::io::load_model(model);
-    const disagmoe::ClusterSpec c = disagmoe::io::load_cluster(cluster);
-    if (seq_len != 0) m.seq_len = seq_len;
-    if (micro_batch != 0) m.micro_batch = micro_batch;
-    disagmoe::validate(m, "--model");
-    disagmoe::expect(micro_batches >= 0, "--micro-batches", micro_batches, "a positive integer (0: derive)");
-    disagmoe::expect(stages >= 0, "--stages", stages, "a positive integer (0: best)");
+    namespace dz = disagmoe;
+    if (!compare) ds::check_schedule_name(schedule);
+    const bool af_mode = compare || schedule == "afpipe";
+    const bool virtual_mode = compare || schedule == "interleaved" || schedule == "a2a-overlap" || schedule == "chunked";
+    const bool chunk_mode = compare || schedule == "chunked";
+    for (const char* o : {"--plan", "--search-layout", "--af-group-size", "--groups", "--attention-gpus",
+                          "--ffn-gpus", "--attention-nics", "--ffn-nics"})
+      expect_applies(app, o, af_mode, "--schedule afpipe or --compare");
+    expect_applies(app, "--virtual-stages", virtual_mode, "--schedule interleaved, a2a-overlap, chunked or --compare");
+    expect_applies(app, "--chunks", chunk_mode, "--schedule chunked or --compare");
+    expect_applies(app, "--stages", compare || schedule != "afpipe", "a baseline schedule or --compare");
+    dz::expect(!(app.count("--plan") && app.count("--search-layout")), "--search-layout", "(given)",
+               "either --plan or --search-layout, not both");
+
+    dz::ModelSpec m = dz::io::load_model(model);
+    const dz::ClusterSpec c = dz::io::load_cluster(cluster);
+    if (app.count("--seq-len")) m.seq_len = seq_len;
+    if (app.count("--micro-batch")) m.micro_batch = micro_batch;
+    dz::validate(m, "--model");
+    dz::expect_finite_in("--sm-fraction", cost.comm_sm_fraction, 0, 1, true);
+    dz::expect_in("--global-batch", global_batch, 1, std::numeric_limits<int>::max());
+    dz::expect_in("--micro-batches", micro_batches, 0, std::numeric_limits<int>::max());
+    dz::expect_in("--stages", stages, 0, c.gpus());
+    if (app.count("--virtual-stages")) dz::expect_in("--virtual-stages", knobs.virtual_stages, 1, m.layers);
+    dz::expect_in("--chunks", knobs.chunks, 1, 1024);
+    dz::expect_in("--af-group-size", knobs.af_group_size, 0, std::numeric_limits<int>::max());
+    // The timeline's cost before it is built: ops grow with micro-batches x layers x
+    // chunks (forward and backward, compute and comm: ~8 per layer), each op ~256 bytes
+    // with its dependencies and simulator state.
+    const std::int64_t worst_micro_batches = micro_batches > 0 ? micro_batches : global_batch / m.micro_batch;
+    const std::int64_t ops = dz::checked_mul(
+        dz::checked_mul(std::max<std::int64_t>(1, worst_micro_batches), 8 * std::int64_t{m.layers}, "--global-batch"),
+        chunk_mode ? knobs.chunks : 1, "--chunks");
+    const char* ops_field = micro_batches > 0 ? "--micro-batches" : "--global-batch";
+    dz::expect_memory(ops_field, micro_batches > 0 ? micro_batches : global_batch, 256.0 * static_cast<double>(ops),
+                      "simulated timeline (" + std::to_string(ops) + " ops)");
+    if (chunk_mode && app.count("--chunks"))
+      dz::expect_memory("--chunks", knobs.chunks, 256.0 * static_cast<double>(ops), "simulated timeline");
     cost.global_batch = global_batch;
     cost.micro_batches = micro_batches;
     cost.dedup = !no_dedup;
     std::optional<ds::AfLayout> af;
-    if (!plan_file.empty()) af = read_plan(plan_file);
+    if (!plan_file.empty()) {
+      const PlanLayout pl = read_plan(plan_file, m, c);
+      af = pl.layout;
+      cost.memory.recompute = cost.memory.recompute || pl.recompute;
+    }
     if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
-      disagmoe::expect(groups >= 1 && attention_gpus >= 1 && ffn_gpus >= 1, "--groups", groups,
-                       "--groups, --attention-gpus and --ffn-gpus all given and positive");
+      dz::expect(groups >= 1 && attention_gpus >= 1 && ffn_gpus >= 1, "--groups", groups,
+                 "--groups, --attention-gpus and --ffn-gpus all given and positive");
+      dz::expect(plan_file.empty(), "--groups", groups, "either --plan or --groups, not both");
+      dz::expect_in("--groups", groups, 1, c.gpus());
+      dz::expect_in("--attention-gpus", attention_gpus, 1, c.gpus_per_node);
+      dz::expect_in("--ffn-gpus", ffn_gpus, 1, c.gpus_per_node);
+      if (app.count("--attention-nics")) dz::expect_in("--attention-nics", attention_nics, 0, c.nics_per_node);
+      if (app.count("--ffn-nics")) dz::expect_in("--ffn-nics", ffn_nics, 0, c.nics_per_node);
       const int na = attention_nics >= 0 ? attention_nics
                                          : std::max(1, c.nics_per_node * attention_gpus / c.gpus_per_node);
       const int nf = ffn_nics >= 0 ? ffn_nics : c.nics_per_node - na;
       af = ds::AfLayout{groups, attention_gpus, ffn_gpus, c.nodes > 1 ? na : 0, c.nodes > 1 ? nf : 0};
     }
-    const bool needs_af = compare || schedule == "afpipe";
     std::optional<ds::AfLayout> planned;
-    if (!af && !search_layout && needs_af) planned = planned_layout(m, c, global_batch);
+    if (!af && !search_layout && af_mode) planned = planned_layout(m, c, global_batch);
     std::vector<std::string> names;
     if (compare) {
       for (auto n : ds::kScheduleNames) names.emplace_back(n);
     } else {
-      ds::check_schedule_name(schedule);
       names.push_back(schedule);
     }
     std::vector<ds::Simulated> runs;
