@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
     for (const char* o : {"--fit", "--eval", "--gpus", "--gpus-per-node", "--method", "--exact-solver", "--time-limit",
                           "--shuffle", "--json", "--out", "--load-tolerance", "--cross-layer", "--node-weight",
                           "--starts", "--batch-tokens"})
-      dz::expect(!(gen && app.count(o)), o, app[o]->as<std::string>(), "not given with --generate (it only writes a trace)");
+      dz::expect(!(gen && app.count(o)), o, app[o]->as<std::string>(), "no such option with --generate (it only writes a trace)");
     for (const char* o : {"--tokens", "--first-token", "--layers", "--top-k", "--skew", "--group-size", "--group-prob",
                           "--transition-prob"})
       dz::expect(gen || !app.count(o), o, app[o]->as<std::string>(), "given only with --generate");
@@ -214,6 +214,9 @@ int main(int argc, char** argv) {
     dz::expect_finite_in("--cross-layer", a.cross_layer, 0, 1e6);
     dz::expect_finite_in("--node-weight", a.node_weight, 0, 1e6);
     if (gen) {  // the trace file's size before a byte is written
+      dz::expect_finite_in("--skew", a.synth.popularity_skew, 0, 10);
+      dz::expect_finite_in("--group-prob", a.synth.group_prob, 0, 1);
+      dz::expect_finite_in("--transition-prob", a.synth.transition_prob, 0, 1);
       const double bytes = static_cast<double>(a.synth.tokens) * a.synth.layers * a.synth.top_k * sizeof(ExpertId);
       dz::expect_output("--tokens", a.synth.tokens, bytes, "trace (tokens x layers x top-k x 2 bytes)");
     }
