@@ -63,30 +63,20 @@ inline void expect_finite_options(const CLI::App& app) {
 }
 }  // namespace detail
 
-/// Parses `argv` into `app`, then runs `body()`; maps exceptions to one stderr line.
-/// `body` returns the exit code.
-template <class Body>
-int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
-  const std::string name = app.get_name();
+/// Call inside a catch block: prints the exception being handled as one line on
+/// stderr, prefixed by the program's `name`, and returns the exit code (2 for bad
+/// input, 3 for a bug). Shared by run_main and by programs that must act on an
+/// error before returning (disagmoe-train under MPI ends the job).
+inline int report_exception(const std::string& name) {
   try {
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::CallForHelp& e) {
-      return app.exit(e);
-    } catch (const CLI::CallForAllHelp& e) {
-      return app.exit(e);
-    } catch (const CLI::CallForVersion& e) {
-      return app.exit(e);
-    } catch (const CLI::ParseError& e) {  // one line, as for every other bad input
-      std::cerr << name << ": error: " << e.what() << " (see --help)\n";
-      return kExitBadInput;
-    }
-    detail::expect_finite_options(app);
-    return body();
+    throw;
   } catch (const ConfigError& e) {
     std::cerr << name << ": error: " << e.what() << '\n';
     return kExitBadInput;
   } catch (const IoError& e) {
+    std::cerr << name << ": error: " << e.what() << '\n';
+    return kExitBadInput;
+  } catch (const TimeoutError& e) {  // a peer stopped or lost: the run's environment, not a bug
     std::cerr << name << ": error: " << e.what() << '\n';
     return kExitBadInput;
   } catch (const std::bad_alloc&) {
@@ -98,6 +88,33 @@ int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
   } catch (const std::exception& e) {
     std::cerr << name << ": internal error: " << e.what() << " (a bug: please report it with the command line)\n";
     return kExitInternal;
+  } catch (...) {
+    std::cerr << name << ": internal error: unknown exception (a bug: please report it with the command line)\n";
+    return kExitInternal;
+  }
+}
+
+/// Parses `argv` into `app`, then runs `body()`; maps exceptions to one stderr line.
+/// `body` returns the exit code.
+template <class Body>
+int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
+  try {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+      return app.exit(e);
+    } catch (const CLI::ParseError& e) {  // one line, as for every other bad input
+      std::cerr << app.get_name() << ": error: " << e.what() << " (see --help)\n";
+      return kExitBadInput;
+    }
+    detail::expect_finite_options(app);
+    return body();
+  } catch (...) {
+    return report_exception(app.get_name());
   }
 }
 
