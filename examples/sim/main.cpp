@@ -11,6 +11,7 @@
 #include <disagmoe/io/spec_json.hpp>
 #include <disagmoe/io/svg_gantt.hpp>
 #include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/plan_json.hpp>
 #include <disagmoe/schedule/schedules.hpp>
 
 #include <nlohmann/json.hpp>
@@ -28,64 +29,6 @@ namespace ds = disagmoe::schedule;
 using nlohmann::json;
 
 namespace {
-
-// Reads the A/F split from a plan JSON: the fields of plan::Allocation, at the top
-// level or under "allocation" (as disagmoe-plan --json writes it). Strict: unknown
-// keys, integers that do not fit, and a plan made for another model, cluster or
-// sequence length are errors (a plan is only valid for what it was made for).
-struct PlanLayout {
-  ds::AfLayout layout;
-  bool recompute = false;
-};
-PlanLayout read_plan(const std::string& path, const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c) {
-  namespace io = disagmoe::io;
-  using disagmoe::IoError;
-  const json j = io::read_json_file(path);
-  const std::string root = path + ":$";
-  disagmoe::expect<IoError>(j.is_object(), root, io::detail::brief(j), "a JSON object (disagmoe-plan --json)");
-  const bool full = j.contains("allocation");
-  if (full) {
-    static const std::vector<std::string> kPlanKeys = {
-        "model", "cluster", "seq_len", "micro_batch", "global_batch", "attention", "ffn", "groups", "recompute",
-        "allocation", "layer_groups", "predicted", "memory_bytes", "roofline", "search", "explanation"};
-    for (const auto& [key, value] : j.items())
-      disagmoe::expect<IoError>(std::find(kPlanKeys.begin(), kPlanKeys.end(), key) != kPlanKeys.end(),
-                                root + "." + key, "(unknown key)", "a key that disagmoe-plan --json writes");
-    auto same = [&](const char* key, const std::string& ours, const char* option) {
-      if (!j.contains(key)) return;
-      std::string theirs;
-      io::detail::read_value(j.at(key), root + "." + key, theirs);
-      disagmoe::expect<IoError>(theirs == ours, root + "." + key, theirs,
-                                std::string("the ") + option + " of this run (" + ours + "): plan again for it");
-    };
-    same("model", m.name, "--model");
-    same("cluster", c.name, "--cluster");
-    same("seq_len", std::to_string(m.seq_len), "--seq-len");
-  }
-  const json& a = full ? j.at("allocation") : j;
-  const std::string base = full ? root + ".allocation" : root;
-  disagmoe::expect<IoError>(a.is_object(), base, io::detail::brief(a), "a JSON object of plan::Allocation fields");
-  static const std::vector<std::string> kFields = {"groups", "attention_gpus_per_node", "ffn_gpus_per_node",
-                                                    "attention_nics_per_node", "ffn_nics_per_node", "recompute"};
-  for (const auto& [key, value] : a.items())
-    disagmoe::expect<IoError>(std::find(kFields.begin(), kFields.end(), key) != kFields.end(), base + "." + key,
-                              "(unknown key)", "a plan::Allocation field (groups, attention_gpus_per_node, "
-                              "ffn_gpus_per_node, attention_nics_per_node, ffn_nics_per_node, recompute)");
-  auto field = [&](const char* name, int lo, int hi) {
-    disagmoe::expect<IoError>(a.contains(name), base + "." + name, "(missing)", "an integer (plan::Allocation field)");
-    int v = 0;
-    io::detail::read_value(a.at(name), base + "." + name, v);  // integer, no narrowing
-    disagmoe::expect<IoError>(v >= lo && v <= hi, base + "." + name, v,
-                              "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] on this cluster");
-    return v;
-  };
-  PlanLayout r;
-  r.layout = {field("groups", 1, c.gpus()), field("attention_gpus_per_node", 1, c.gpus_per_node),
-              field("ffn_gpus_per_node", 1, c.gpus_per_node), field("attention_nics_per_node", 0, c.nics_per_node),
-              field("ffn_nics_per_node", 0, c.nics_per_node)};
-  if (a.contains("recompute")) io::detail::read_value(a.at("recompute"), base + ".recompute", r.recompute);
-  return r;
-}
 
 // Options that shape one schedule only are errors for the others (a silently ignored
 // option hides a typo or a wrong mode).
@@ -236,9 +179,11 @@ int main(int argc, char** argv) {
     cost.dedup = !no_dedup;
     std::optional<ds::AfLayout> af;
     if (!plan_file.empty()) {
-      const PlanLayout pl = read_plan(plan_file, m, c);
-      af = pl.layout;
-      cost.memory.recompute = cost.memory.recompute || pl.recompute;
+      // A plan is only valid for the model, cluster and sequence length it was made for.
+      const auto pa = dz::plan::allocation_from_json(dz::io::read_json_file(plan_file), m, c, plan_file + ":$");
+      af = ds::AfLayout{pa.groups, pa.attention_gpus_per_node, pa.ffn_gpus_per_node, pa.attention_nics_per_node,
+                        pa.ffn_nics_per_node};
+      cost.memory.recompute = cost.memory.recompute || pa.recompute;
     }
     if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
       dz::expect(groups >= 1 && attention_gpus >= 1 && ffn_gpus >= 1, "--groups", groups,
