@@ -22,6 +22,7 @@ ranks() { pgrep -P "$1" -f "$(basename "$train")" | sort -n; }
 
 run_case() {  # name signal when(init|train)
   local name=$1 sig=$2 when=$3
+  [[ -n ${DISAGMOE_MPI_CASES:-} && $name != *${DISAGMOE_MPI_CASES}* ]] && return
   local start end rc victim=""
   start=$(date +%s%N)
   "$mpirun" -np 4 --oversubscribe "$train" "${extra[@]}" --schedule afpipe --transport mpi --steps 100000 \
@@ -35,8 +36,8 @@ run_case() {  # name signal when(init|train)
     victim=$(ranks "$job" | tail -n 1)
   fi
   [[ -n $victim ]] && kill -s "$sig" "$victim"
-  local waited=0
-  while kill -0 "$job" 2>/dev/null && (( waited < deadline_ms / 1000 + slack_s )); do sleep 0.2; waited=$((waited + 1)); done
+  local tenths=0
+  while kill -0 "$job" 2>/dev/null && (( tenths < (deadline_ms / 1000 + slack_s) * 10 )); do sleep 0.2; tenths=$((tenths + 2)); done
   if kill -0 "$job" 2>/dev/null; then
     echo "FAIL $name: the job still runs $((deadline_ms / 1000 + slack_s)) s after the rank was stopped"
     kill -KILL "$job" $(ranks "$job") 2>/dev/null
