@@ -114,8 +114,9 @@ rt::TrainOptions train_options(const Args& a) {
   dm::expect_in("--micro-batch", a.micro_batch, 1, dm::max_size::kMicroBatch);
   dm::expect_in("--batch", a.batch, a.micro_batch, dm::max_size::kMicroBatch);
   // Each option by its own name (the option structs would name their fields instead).
-  dm::expect_finite_in("--lr", a.lr, 1e-12, 1e3);
-  dm::expect_finite_in("--min-lr", a.min_lr, 0, 1e3);
+  // No upper bound on the rates: a rate that diverges is reported at its step.
+  dm::expect(std::isfinite(a.lr) && a.lr > 0, "--lr", a.lr, "a positive finite learning rate");
+  dm::expect(std::isfinite(a.min_lr) && a.min_lr >= 0, "--min-lr", a.min_lr, "a finite learning rate >= 0");
   dm::expect_finite_in("--weight-decay", a.weight_decay, 0, 1e3);
   dm::expect_finite_in("--clip", a.clip, 0, 1e30);
   dm::expect_finite_in("--aux-loss", a.aux_loss, 0, 1e6);
