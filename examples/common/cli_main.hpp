@@ -24,29 +24,42 @@ inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitInternal = 3;
 
 namespace detail {
-inline void add_budget(CLI::App& app, const char* name, std::int64_t Limits::*member, const char* what) {
+inline void add_budget(CLI::App& app, const char* name, std::int64_t Limits::*member, double lo, const char* what,
+                       const char* type) {
   app.add_option_function<double>(
          name,
-         [name, member](double v) {
-           expect_finite_in(name, v, double(1 << 20), 0x1p62);
+         [name, member, lo](double v) {
+           expect_finite_in(name, v, lo, 0x1p62);
            limits().*member = static_cast<std::int64_t>(v);
          },
          what)
-      ->type_name("BYTES");
+      ->type_name(type);
 }
 }  // namespace detail
 
 /// `--max-memory BYTES`: the host-memory budget (limits.hpp) that inputs are costed
 /// against before allocating; for programs whose inputs size their data structures.
 inline void add_max_memory(CLI::App& app) {
-  detail::add_budget(app, "--max-memory", &Limits::max_memory_bytes,
-                     "host memory budget in bytes for the data structures an input sizes (default 16 GiB)");
+  detail::add_budget(app, "--max-memory", &Limits::max_memory_bytes, double(1 << 20),
+                     "host memory budget in bytes for the data structures an input sizes (default 16 GiB)", "BYTES");
 }
 
 /// `--max-output BYTES`: the largest file (limits.hpp) a program may be asked to write.
 inline void add_max_output(CLI::App& app) {
-  detail::add_budget(app, "--max-output", &Limits::max_output_bytes,
-                     "largest file in bytes the program may write (default 64 GiB)");
+  detail::add_budget(app, "--max-output", &Limits::max_output_bytes, double(1 << 20),
+                     "largest file in bytes the program may write (default 64 GiB)", "BYTES");
+}
+
+/// `--max-ops N`: the work budget (limits.hpp), in simulated ops of one timeline.
+inline void add_max_ops(CLI::App& app) {
+  detail::add_budget(app, "--max-ops", &Limits::max_ops, 1, "work budget: simulated ops per timeline (default 4194304)",
+                     "OPS");
+}
+
+/// ConfigError naming `option` when it was given though it does not apply to the
+/// chosen mode (`applies` false): a silently ignored option hides a typo or a wrong mode.
+inline void expect_applies(const CLI::App& app, const char* option, bool applies, const std::string& expected) {
+  if (app.count(option) > 0) expect(applies, option, app[option]->as<std::string>(), expected);
 }
 
 namespace detail {

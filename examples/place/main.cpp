@@ -204,10 +204,10 @@ int main(int argc, char** argv) {
     for (const char* o : {"--fit", "--eval", "--gpus", "--gpus-per-node", "--method", "--exact-solver", "--time-limit",
                           "--shuffle", "--json", "--out", "--load-tolerance", "--cross-layer", "--node-weight",
                           "--starts", "--batch-tokens"})
-      dz::expect(!(gen && app.count(o)), o, app[o]->as<std::string>(), "no such option with --generate (it only writes a trace)");
+      dz::cli::expect_applies(app, o, !gen, "no such option with --generate (it only writes a trace)");
     for (const char* o : {"--tokens", "--first-token", "--layers", "--top-k", "--skew", "--group-size", "--group-prob",
                           "--transition-prob"})
-      dz::expect(gen || !app.count(o), o, app[o]->as<std::string>(), "given only with --generate");
+      dz::cli::expect_applies(app, o, gen, "given only with --generate");
     if (!gen) dz::expect(a.gpus >= 1, "--gpus", a.gpus, "a GPU count >= 1 (required with --fit)");
     dz::expect_finite_in("--time-limit", a.time_limit, 1e-6, 1e9);
     dz::expect_finite_in("--load-tolerance", a.load_tolerance, 0, 1e6);

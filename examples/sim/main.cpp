@@ -30,13 +30,6 @@ using nlohmann::json;
 
 namespace {
 
-// Options that shape one schedule only are errors for the others (a silently ignored
-// option hides a typo or a wrong mode).
-void expect_applies(const CLI::App& app, const char* option, bool applies, const char* to) {
-  if (app.count(option) > 0)
-    disagmoe::expect(applies, option, app[option]->as<std::string>(), std::string("to be given only with ") + to);
-}
-
 // The planner's allocation (plan::AdaptiveAllocator: MILP seed + local search).
 ds::AfLayout planned_layout(const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c, int global_batch) {
   const auto a = disagmoe::plan::AdaptiveAllocator(m, c, {.global_batch = global_batch}).plan().allocation;
@@ -134,6 +127,7 @@ int main(int argc, char** argv) {
   app.add_option("--svg", svg, "write the timeline as an SVG Gantt chart");
 
   disagmoe::cli::add_max_memory(app);
+  disagmoe::cli::add_max_ops(app);
 
   return disagmoe::cli::run_main(app, argc, argv, [&] {
     namespace dz = disagmoe;
@@ -141,12 +135,15 @@ int main(int argc, char** argv) {
     const bool af_mode = compare || schedule == "afpipe";
     const bool virtual_mode = compare || schedule == "interleaved" || schedule == "a2a-overlap" || schedule == "chunked";
     const bool chunk_mode = compare || schedule == "chunked";
+    // Options that shape one schedule only are errors for the others.
+    using dz::cli::expect_applies;
     for (const char* o : {"--plan", "--search-layout", "--af-group-size", "--groups", "--attention-gpus",
                           "--ffn-gpus", "--attention-nics", "--ffn-nics"})
-      expect_applies(app, o, af_mode, "--schedule afpipe or --compare");
-    expect_applies(app, "--virtual-stages", virtual_mode, "--schedule interleaved, a2a-overlap, chunked or --compare");
-    expect_applies(app, "--chunks", chunk_mode, "--schedule chunked or --compare");
-    expect_applies(app, "--stages", compare || schedule != "afpipe", "a baseline schedule or --compare");
+      expect_applies(app, o, af_mode, "to be given only with --schedule afpipe or --compare");
+    expect_applies(app, "--virtual-stages", virtual_mode,
+                   "to be given only with --schedule interleaved, a2a-overlap, chunked or --compare");
+    expect_applies(app, "--chunks", chunk_mode, "to be given only with --schedule chunked or --compare");
+    expect_applies(app, "--stages", compare || schedule != "afpipe", "to be given only with a baseline or --compare");
     dz::expect(!(app.count("--plan") && app.count("--search-layout")), "--search-layout", "(given)",
                "either --plan or --search-layout, not both");
 
@@ -163,17 +160,18 @@ int main(int argc, char** argv) {
     dz::expect_in("--chunks", knobs.chunks, 1, 1024);
     dz::expect_in("--af-group-size", knobs.af_group_size, 0, std::numeric_limits<int>::max());
     // The timeline's cost before it is built: ops grow with micro-batches x layers x
-    // chunks (forward and backward, compute and comm: ~8 per layer), each op ~256 bytes
-    // with its dependencies and simulator state.
+    // chunks (forward and backward, compute and comm: ~8 per layer), each ~512 bytes
+    // with its dependencies and simulator state (measured: ~400).
     const std::int64_t worst_micro_batches = micro_batches > 0 ? micro_batches : global_batch / m.micro_batch;
     const std::int64_t ops = dz::checked_mul(
         dz::checked_mul(std::max<std::int64_t>(1, worst_micro_batches), 8 * std::int64_t{m.layers}, "--global-batch"),
         chunk_mode ? knobs.chunks : 1, "--chunks");
-    const char* ops_field = micro_batches > 0 ? "--micro-batches" : "--global-batch";
-    dz::expect_memory(ops_field, micro_batches > 0 ? micro_batches : global_batch, 256.0 * static_cast<double>(ops),
+    const bool by_chunks = chunk_mode && app.count("--chunks") && knobs.chunks > 1;
+    const char* ops_field = by_chunks ? "--chunks" : micro_batches > 0 ? "--micro-batches" : "--global-batch";
+    const int ops_value = by_chunks ? knobs.chunks : micro_batches > 0 ? micro_batches : global_batch;
+    dz::expect_memory(ops_field, ops_value, 512.0 * static_cast<double>(ops),
                       "simulated timeline (" + std::to_string(ops) + " ops)");
-    if (chunk_mode && app.count("--chunks"))
-      dz::expect_memory("--chunks", knobs.chunks, 256.0 * static_cast<double>(ops), "simulated timeline");
+    dz::expect_work(ops_field, ops_value, ops, "simulated timeline");
     cost.global_batch = global_batch;
     cost.micro_batches = micro_batches;
     cost.dedup = !no_dedup;

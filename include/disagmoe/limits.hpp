@@ -25,6 +25,9 @@ struct Limits {
   std::int64_t max_memory_bytes = std::int64_t{16} << 30;
   /// Size of one file a program writes (bytes).
   std::int64_t max_output_bytes = std::int64_t{64} << 30;
+  /// Work: ops of one simulated timeline (~3 us and ~400 bytes each; the largest
+  /// preset setting of bench/RESULTS.md needs 963k).
+  std::int64_t max_ops = std::int64_t{1} << 22;
   /// Size of a JSON spec or plan file (bytes).
   std::int64_t max_json_file_bytes = std::int64_t{64} << 20;
   /// Nesting depth of a JSON document (specs nest 2 deep, plans 4).
@@ -122,6 +125,15 @@ void expect_memory(std::string_view field, const T& value, double bytes, std::st
 template <class T>
 void expect_output(std::string_view field, const T& value, double bytes, std::string_view what) {
   detail::expect_within(field, value, bytes, limits().max_output_bytes, what, "--max-output");
+}
+
+/// ConfigError unless `ops` units of work that an input asks for fit the work budget.
+template <class T>
+void expect_work(std::string_view field, const T& value, std::int64_t ops, std::string_view what) {
+  if (ops <= limits().max_ops) return;
+  fail(field, value,
+       "a size whose " + std::string(what) + " (" + std::to_string(ops) + " ops) fits the work budget (" +
+           std::to_string(limits().max_ops) + " ops; raise it with --max-ops)");
 }
 
 /// IoError when a gzip stream of `compressed` bytes has inflated to `decompressed`

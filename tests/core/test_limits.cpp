@@ -46,6 +46,11 @@ TEST_CASE("budgets: memory and output estimates above the limit are errors, the 
   limits().max_memory_bytes = std::int64_t{4} << 30;
   CHECK_NOTHROW(expect_memory("--experts", 9, double(std::int64_t{2} << 30), "stats"));
   CHECK_THROWS_AS(expect_output("--tokens", 1, 1e30, "trace"), ConfigError);
+  limits().max_ops = 100;
+  CHECK_NOTHROW(expect_work("--chunks", 4, 100, "timeline"));
+  CHECK_THROWS_WITH(expect_work("--chunks", 5, 101, "timeline"),
+                    "--chunks = 5: expected a size whose timeline (101 ops) fits the work budget (100 ops; raise it "
+                    "with --max-ops)");
   // gzip: a total limit and, above ratio_check_bytes, a ratio limit.
   limits().max_decompressed_bytes = 1000;
   limits().ratio_check_bytes = 100;
