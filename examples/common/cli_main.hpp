@@ -1,14 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // Shared entry point for the command-line programs: CLI11 parsing with --help, and
-// the one rule for failure — a single clear line on stderr and a non-zero exit.
+// the one rule for failure — a single clear line on stderr and a non-zero exit:
+// 2 for every input or configuration error, 3 only for a bug in the program.
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/limits.hpp>
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <new>
+#include <string>
 
 namespace disagmoe::cli {
 
@@ -17,33 +23,111 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitInternal = 3;
 
+namespace detail {
+inline void add_budget(CLI::App& app, const char* name, std::int64_t Limits::*member, double lo, const char* what,
+                       const char* type) {
+  app.add_option_function<double>(
+         name,
+         [name, member, lo](double v) {
+           expect_finite_in(name, v, lo, 0x1p62);
+           limits().*member = static_cast<std::int64_t>(v);
+         },
+         what)
+      ->type_name(type);
+}
+}  // namespace detail
+
+/// `--max-memory BYTES`: the host-memory budget (limits.hpp) that inputs are costed
+/// against before allocating; for programs whose inputs size their data structures.
+inline void add_max_memory(CLI::App& app) {
+  detail::add_budget(app, "--max-memory", &Limits::max_memory_bytes, double(1 << 20),
+                     "host memory budget in bytes for the data structures an input sizes (default 16 GiB)", "BYTES");
+}
+
+/// `--max-output BYTES`: the largest file (limits.hpp) a program may be asked to write.
+inline void add_max_output(CLI::App& app) {
+  detail::add_budget(app, "--max-output", &Limits::max_output_bytes, double(1 << 20),
+                     "largest file in bytes the program may write (default 64 GiB)", "BYTES");
+}
+
+/// `--max-ops N`: the work budget (limits.hpp), in simulated ops of one timeline.
+inline void add_max_ops(CLI::App& app) {
+  detail::add_budget(app, "--max-ops", &Limits::max_ops, 1, "work budget: simulated ops per timeline (default 4194304)",
+                     "OPS");
+}
+
+/// ConfigError naming `option` when it was given though it does not apply to the
+/// chosen mode (`applies` false): a silently ignored option hides a typo or a wrong mode.
+inline void expect_applies(const CLI::App& app, const char* option, bool applies, const std::string& expected) {
+  if (app.count(option) > 0) expect(applies, option, app[option]->as<std::string>(), expected);
+}
+
+namespace detail {
+// CLI11 converts "nan" and "inf" into doubles, and its range checks let NaN through:
+// every floating-point option must be finite, whatever else it checks.
+inline void expect_finite_options(const CLI::App& app) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_type_name().find("FLOAT") == std::string::npos) continue;
+    for (const std::string& s : opt->results()) {
+      const double v = std::strtod(s.c_str(), nullptr);
+      expect(std::isfinite(v), opt->get_name(), Verbatim{s}, "a finite number");
+    }
+  }
+}
+}  // namespace detail
+
+/// Call inside a catch block: prints the exception being handled as one line on
+/// stderr, prefixed by the program's `name`, and returns the exit code (2 for bad
+/// input, 3 for a bug). Shared by run_main and by programs that must act on an
+/// error before returning (disagmoe-train under MPI ends the job).
+inline int report_exception(const std::string& name) {
+  try {
+    throw;
+  } catch (const ConfigError& e) {
+    std::cerr << name << ": error: " << e.what() << '\n';
+    return kExitBadInput;
+  } catch (const IoError& e) {
+    std::cerr << name << ": error: " << e.what() << '\n';
+    return kExitBadInput;
+  } catch (const TimeoutError& e) {  // a peer stopped or lost: the run's environment, not a bug
+    std::cerr << name << ": error: " << e.what() << '\n';
+    return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    // Inputs are costed before allocation (limits.hpp); this is the machine having
+    // less memory than the budget assumes.
+    std::cerr << name << ": error: memory = exhausted: expected an input that fits this machine's memory "
+              << "(lower the sizes, or --max-memory where the program has it)\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << name << ": internal error: " << e.what() << " (a bug: please report it with the command line)\n";
+    return kExitInternal;
+  } catch (...) {
+    std::cerr << name << ": internal error: unknown exception (a bug: please report it with the command line)\n";
+    return kExitInternal;
+  }
+}
+
 /// Parses `argv` into `app`, then runs `body()`; maps exceptions to one stderr line.
 /// `body` returns the exit code.
 template <class Body>
 int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {  // one line, as for every other bad input
-    std::cerr << app.get_name() << ": error: " << e.what() << " (see --help)\n";
-    return kExitBadInput;
-  }
-  try {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+      return app.exit(e);
+    } catch (const CLI::ParseError& e) {  // one line, as for every other bad input
+      std::cerr << app.get_name() << ": error: " << e.what() << " (see --help)\n";
+      return kExitBadInput;
+    }
+    detail::expect_finite_options(app);
     return body();
-  } catch (const ConfigError& e) {
-    std::cerr << app.get_name() << ": error: " << e.what() << '\n';
-    return kExitBadInput;
-  } catch (const IoError& e) {
-    std::cerr << app.get_name() << ": error: " << e.what() << '\n';
-    return kExitBadInput;
-  } catch (const std::exception& e) {
-    std::cerr << app.get_name() << ": internal error: " << e.what() << '\n';
-    return kExitInternal;
+  } catch (...) {
+    return report_exception(app.get_name());
   }
 }
 

@@ -55,11 +55,10 @@ int main(int argc, char** argv) {
   std::string write_sol, check_sol, debug_sol;
   double gap = opt.rel_gap;
   app.add_option("file", file, "MPS file (.mps or .mps.gz)")->required();
-  app.add_option("--time-limit", opt.time_limit, "wall-clock limit in seconds")
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("--time-limit", opt.time_limit, "wall-clock limit in seconds (default: none)");
   app.add_option("--node-limit", opt.node_limit, "branch-and-bound node limit (-1: none)")
       ->check(CLI::Range(-1L, std::numeric_limits<long>::max()));
-  app.add_option("--gap", gap, "relative gap at which to stop")->check(CLI::NonNegativeNumber);
+  app.add_option("--gap", gap, "relative gap at which to stop");
   app.add_option("--cut-rounds", opt.cut_rounds, "rounds of root Gomory cuts (0: none)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--write-solution", write_sol, "write the solution found (`name value` lines)");
@@ -71,6 +70,8 @@ int main(int argc, char** argv) {
   app.add_flag("--fixed", fixed, "read fixed-column MPS (names may contain blanks)");
   app.add_flag("--verbose", opt.verbose, "progress on stderr");
   return disagmoe::cli::run_main(app, argc, argv, [&] {
+    if (app.count("--time-limit")) disagmoe::expect_finite_in("--time-limit", opt.time_limit, 0, 1e9);
+    disagmoe::expect_finite_in("--gap", gap, 0, 1e300);
     opt.rel_gap = gap;
     const milp::Problem p =
         milp::read_mps_file(file, fixed ? milp::MpsFormat::kFixed : milp::MpsFormat::kFree);

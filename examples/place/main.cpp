@@ -173,16 +173,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"correlated", "contiguous", "random", "load-balanced", "exact"}));
   app.add_option("--exact-solver", a.exact_solver, "--method exact: milp (branch and bound) or dp (enumeration)")
       ->check(CLI::IsMember({"milp", "dp"}));
-  app.add_option("--time-limit", a.time_limit, "--method exact with milp: seconds before the best placement so far is kept")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--time-limit", a.time_limit, "--method exact with milp: seconds before the best placement so far is kept");
   app.add_flag("--shuffle", a.shuffle, "home tokens on the GPU predicted from the previous layer (token shuffling)");
   app.add_flag("--json", a.json_out, "print one JSON object: placement and metrics");
   app.add_option("--out", a.out, "write the JSON plus `home` ([layer][token] -> GPU on the eval trace) to FILE");
   app.add_option("--seed", a.seed, "seed of the heuristic, the random baseline and --generate");
-  app.add_option("--load-tolerance", a.load_tolerance, "max GPU token load over mean minus 1 (correlated, exact)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--cross-layer", a.cross_layer, "weight of cross-layer alignment vs co-selection")->check(CLI::NonNegativeNumber);
-  app.add_option("--node-weight", a.node_weight, "weight of keeping co-selected experts on one node")->check(CLI::NonNegativeNumber);
+  app.add_option("--load-tolerance", a.load_tolerance, "max GPU token load over mean minus 1 (correlated, exact)");
+  app.add_option("--cross-layer", a.cross_layer, "weight of cross-layer alignment vs co-selection");
+  app.add_option("--node-weight", a.node_weight, "weight of keeping co-selected experts on one node");
   app.add_option("--starts", a.starts, "starts of the correlated heuristic")->check(CLI::Range(1, 1024));
   app.add_option("--batch-tokens", a.batch_tokens, "tokens sharded together per micro-batch (0: the whole trace)")
       ->check(CLI::NonNegativeNumber);
@@ -197,8 +195,31 @@ int main(int argc, char** argv) {
   app.add_option("--group-size", a.synth.group_size, "--generate: experts per co-selection group (0: top-k)");
   app.add_option("--group-prob", a.synth.group_prob, "--generate: probability a token picks inside its group");
   app.add_option("--transition-prob", a.synth.transition_prob, "--generate: probability the group follows its successor");
+  disagmoe::cli::add_max_memory(app);
+  disagmoe::cli::add_max_output(app);
   return disagmoe::cli::run_main(app, argc, argv, [&] {
-    if (a.generate.empty()) disagmoe::expect(a.gpus >= 1, "--gpus", a.gpus, "a GPU count >= 1 (required with --fit)");
+    namespace dz = disagmoe;
+    // Each mode's options are errors in the other (a silently ignored option hides a mistake).
+    const bool gen = !a.generate.empty();
+    for (const char* o : {"--fit", "--eval", "--gpus", "--gpus-per-node", "--method", "--exact-solver", "--time-limit",
+                          "--shuffle", "--json", "--out", "--load-tolerance", "--cross-layer", "--node-weight",
+                          "--starts", "--batch-tokens"})
+      dz::cli::expect_applies(app, o, !gen, "no such option with --generate (it only writes a trace)");
+    for (const char* o : {"--tokens", "--first-token", "--layers", "--top-k", "--skew", "--group-size", "--group-prob",
+                          "--transition-prob"})
+      dz::cli::expect_applies(app, o, gen, "given only with --generate");
+    if (!gen) dz::expect(a.gpus >= 1, "--gpus", a.gpus, "a GPU count >= 1 (required with --fit)");
+    dz::expect_finite_in("--time-limit", a.time_limit, 1e-6, 1e9);
+    dz::expect_finite_in("--load-tolerance", a.load_tolerance, 0, 1e6);
+    dz::expect_finite_in("--cross-layer", a.cross_layer, 0, 1e6);
+    dz::expect_finite_in("--node-weight", a.node_weight, 0, 1e6);
+    if (gen) {  // the trace file's size before a byte is written
+      dz::expect_finite_in("--skew", a.synth.popularity_skew, 0, 10);
+      dz::expect_finite_in("--group-prob", a.synth.group_prob, 0, 1);
+      dz::expect_finite_in("--transition-prob", a.synth.transition_prob, 0, 1);
+      const double bytes = static_cast<double>(a.synth.tokens) * a.synth.layers * a.synth.top_k * sizeof(ExpertId);
+      dz::expect_output("--tokens", a.synth.tokens, bytes, "trace (tokens x layers x top-k x 2 bytes)");
+    }
     return run(a);
   });
 }

@@ -61,11 +61,11 @@ int main(int argc, char** argv) {
     ModelSpec m = io::load_model(model_arg);
     const ClusterSpec c = io::load_cluster(cluster_arg);
     if (app.count("--seq-len")) {
-      expect(seq_len > 0, "--seq-len", seq_len, "a positive number of tokens");
+      expect_in("--seq-len", seq_len, 1, max_size::kSeqLen);
       m.seq_len = seq_len;
     }
     if (app.count("--micro-batch")) {
-      expect(micro_batch > 0, "--micro-batch", micro_batch, "a positive number of sequences");
+      expect_in("--micro-batch", micro_batch, 1, max_size::kMicroBatch);
       m.micro_batch = micro_batch;
     }
     if (app.count("--global-batch"))

@@ -11,11 +11,15 @@
 #include <disagmoe/io/spec_json.hpp>
 #include <disagmoe/io/svg_gantt.hpp>
 #include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/plan_json.hpp>
 #include <disagmoe/schedule/schedules.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -25,22 +29,6 @@ namespace ds = disagmoe::schedule;
 using nlohmann::json;
 
 namespace {
-
-// Reads the A/F split from a plan JSON: the fields of plan::Allocation, at the top
-// level or under "allocation" (as disagmoe-plan --json writes it).
-ds::AfLayout read_plan(const std::string& path) {
-  const json j = disagmoe::io::read_json_file(path);
-  const json& a = j.contains("allocation") ? j.at("allocation") : j;
-  const std::string base = j.contains("allocation") ? path + ":$.allocation" : path + ":$";
-  auto field = [&](const char* name) {
-    if (!a.is_object() || !a.contains(name) || !a.at(name).is_number_integer())
-      disagmoe::fail<disagmoe::IoError>(base + "." + name, a.is_object() && a.contains(name) ? a.at(name).dump() : "missing",
-                                        "an integer (plan::Allocation field)");
-    return a.at(name).get<int>();
-  };
-  return {field("groups"), field("attention_gpus_per_node"), field("ffn_gpus_per_node"),
-          field("attention_nics_per_node"), field("ffn_nics_per_node")};
-}
 
 // The planner's allocation (plan::AdaptiveAllocator: MILP seed + local search).
 ds::AfLayout planned_layout(const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c, int global_batch) {
@@ -138,35 +126,83 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace, "write the timeline as Chrome trace JSON (Perfetto)");
   app.add_option("--svg", svg, "write the timeline as an SVG Gantt chart");
 
+  disagmoe::cli::add_max_memory(app);
+  disagmoe::cli::add_max_ops(app);
+
   return disagmoe::cli::run_main(app, argc, argv, [&] {
-    disagmoe::ModelSpec m = disagmoe::io::load_model(model);
-    const disagmoe::ClusterSpec c = disagmoe::io::load_cluster(cluster);
-    if (seq_len != 0) m.seq_len = seq_len;
-    if (micro_batch != 0) m.micro_batch = micro_batch;
-    disagmoe::validate(m, "--model");
-    disagmoe::expect(micro_batches >= 0, "--micro-batches", micro_batches, "a positive integer (0: derive)");
-    disagmoe::expect(stages >= 0, "--stages", stages, "a positive integer (0: best)");
+    namespace dz = disagmoe;
+    if (!compare) ds::check_schedule_name(schedule);
+    const bool af_mode = compare || schedule == "afpipe";
+    const bool virtual_mode = compare || schedule == "interleaved" || schedule == "a2a-overlap" || schedule == "chunked";
+    const bool chunk_mode = compare || schedule == "chunked";
+    // Options that shape one schedule only are errors for the others.
+    using dz::cli::expect_applies;
+    for (const char* o : {"--plan", "--search-layout", "--af-group-size", "--groups", "--attention-gpus",
+                          "--ffn-gpus", "--attention-nics", "--ffn-nics"})
+      expect_applies(app, o, af_mode, "to be given only with --schedule afpipe or --compare");
+    expect_applies(app, "--virtual-stages", virtual_mode,
+                   "to be given only with --schedule interleaved, a2a-overlap, chunked or --compare");
+    expect_applies(app, "--chunks", chunk_mode, "to be given only with --schedule chunked or --compare");
+    expect_applies(app, "--stages", compare || schedule != "afpipe", "to be given only with a baseline or --compare");
+    dz::expect(!(app.count("--plan") && app.count("--search-layout")), "--search-layout", "(given)",
+               "either --plan or --search-layout, not both");
+
+    dz::ModelSpec m = dz::io::load_model(model);
+    const dz::ClusterSpec c = dz::io::load_cluster(cluster);
+    if (app.count("--seq-len")) m.seq_len = seq_len;
+    if (app.count("--micro-batch")) m.micro_batch = micro_batch;
+    dz::validate(m, "--model");
+    dz::expect_finite_in("--sm-fraction", cost.comm_sm_fraction, 0, 1, true);
+    dz::expect_in("--global-batch", global_batch, 1, std::numeric_limits<int>::max());
+    dz::expect_in("--micro-batches", micro_batches, 0, std::numeric_limits<int>::max());
+    dz::expect_in("--stages", stages, 0, c.gpus());
+    if (app.count("--virtual-stages")) dz::expect_in("--virtual-stages", knobs.virtual_stages, 1, m.layers);
+    dz::expect_in("--chunks", knobs.chunks, 1, 1024);
+    dz::expect_in("--af-group-size", knobs.af_group_size, 0, std::numeric_limits<int>::max());
+    // The timeline's cost before it is built: ops grow with micro-batches x layers x
+    // chunks (forward and backward, compute and comm: ~8 per layer), each ~512 bytes
+    // with its dependencies and simulator state (measured: ~400).
+    const std::int64_t worst_micro_batches = micro_batches > 0 ? micro_batches : global_batch / m.micro_batch;
+    const std::int64_t ops = dz::checked_mul(
+        dz::checked_mul(std::max<std::int64_t>(1, worst_micro_batches), 8 * std::int64_t{m.layers}, "--global-batch"),
+        chunk_mode ? knobs.chunks : 1, "--chunks");
+    const bool by_chunks = chunk_mode && app.count("--chunks") && knobs.chunks > 1;
+    const char* ops_field = by_chunks ? "--chunks" : micro_batches > 0 ? "--micro-batches" : "--global-batch";
+    const int ops_value = by_chunks ? knobs.chunks : micro_batches > 0 ? micro_batches : global_batch;
+    dz::expect_memory(ops_field, ops_value, 512.0 * static_cast<double>(ops),
+                      "simulated timeline (" + std::to_string(ops) + " ops)");
+    dz::expect_work(ops_field, ops_value, ops, "simulated timeline");
     cost.global_batch = global_batch;
     cost.micro_batches = micro_batches;
     cost.dedup = !no_dedup;
     std::optional<ds::AfLayout> af;
-    if (!plan_file.empty()) af = read_plan(plan_file);
+    if (!plan_file.empty()) {
+      // A plan is only valid for the model, cluster and sequence length it was made for.
+      const auto pa = dz::plan::allocation_from_json(dz::io::read_json_file(plan_file), m, c, plan_file + ":$");
+      af = ds::AfLayout{pa.groups, pa.attention_gpus_per_node, pa.ffn_gpus_per_node, pa.attention_nics_per_node,
+                        pa.ffn_nics_per_node};
+      cost.memory.recompute = cost.memory.recompute || pa.recompute;
+    }
     if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
-      disagmoe::expect(groups >= 1 && attention_gpus >= 1 && ffn_gpus >= 1, "--groups", groups,
-                       "--groups, --attention-gpus and --ffn-gpus all given and positive");
+      dz::expect(groups >= 1 && attention_gpus >= 1 && ffn_gpus >= 1, "--groups", groups,
+                 "--groups, --attention-gpus and --ffn-gpus all given and positive");
+      dz::expect(plan_file.empty(), "--groups", groups, "either --plan or --groups, not both");
+      dz::expect_in("--groups", groups, 1, c.gpus());
+      dz::expect_in("--attention-gpus", attention_gpus, 1, c.gpus_per_node);
+      dz::expect_in("--ffn-gpus", ffn_gpus, 1, c.gpus_per_node);
+      if (app.count("--attention-nics")) dz::expect_in("--attention-nics", attention_nics, 0, c.nics_per_node);
+      if (app.count("--ffn-nics")) dz::expect_in("--ffn-nics", ffn_nics, 0, c.nics_per_node);
       const int na = attention_nics >= 0 ? attention_nics
                                          : std::max(1, c.nics_per_node * attention_gpus / c.gpus_per_node);
       const int nf = ffn_nics >= 0 ? ffn_nics : c.nics_per_node - na;
       af = ds::AfLayout{groups, attention_gpus, ffn_gpus, c.nodes > 1 ? na : 0, c.nodes > 1 ? nf : 0};
     }
-    const bool needs_af = compare || schedule == "afpipe";
     std::optional<ds::AfLayout> planned;
-    if (!af && !search_layout && needs_af) planned = planned_layout(m, c, global_batch);
+    if (!af && !search_layout && af_mode) planned = planned_layout(m, c, global_batch);
     std::vector<std::string> names;
     if (compare) {
       for (auto n : ds::kScheduleNames) names.emplace_back(n);
     } else {
-      ds::check_schedule_name(schedule);
       names.push_back(schedule);
     }
     std::vector<ds::Simulated> runs;

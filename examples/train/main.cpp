@@ -17,6 +17,7 @@
 // `expert_compute` models to train other math.
 #include <disagmoe/backend/host/keep_freed_memory.hpp>
 #include <disagmoe/io/hf_config.hpp>
+#include <disagmoe/limits.hpp>
 #include <disagmoe/model/presets.hpp>
 #include <disagmoe/model/reference_attention.hpp>
 #include <disagmoe/model/reference_experts.hpp>
@@ -110,6 +111,17 @@ dm::ModelSpec model_spec(const Args& a) {
 
 rt::TrainOptions train_options(const Args& a) {
   dm::expect(a.micro_batch >= 1, "--micro-batch", a.micro_batch, "a positive integer");
+  dm::expect_in("--micro-batch", a.micro_batch, 1, dm::max_size::kMicroBatch);
+  dm::expect_in("--batch", a.batch, a.micro_batch, dm::max_size::kMicroBatch);
+  // Each option by its own name (the option structs would name their fields instead).
+  // No upper bound on the rates: a rate that diverges is reported at its step.
+  dm::expect(std::isfinite(a.lr) && a.lr > 0, "--lr", a.lr, "a positive finite learning rate");
+  dm::expect(std::isfinite(a.min_lr) && a.min_lr >= 0, "--min-lr", a.min_lr, "a finite learning rate >= 0");
+  dm::expect_finite_in("--weight-decay", a.weight_decay, 0, 1e3);
+  dm::expect_finite_in("--clip", a.clip, 0, 1e30);
+  dm::expect_finite_in("--aux-loss", a.aux_loss, 0, 1e6);
+  dm::expect_finite_in("--z-loss", a.z_loss, 0, 1e6);
+  dm::expect_finite_in("--val-fraction", a.val_fraction, 0, 0.5);
   dm::expect(a.batch >= a.micro_batch && a.batch % a.micro_batch == 0, "--batch", a.batch,
              "a positive multiple of --micro-batch (" + std::to_string(a.micro_batch) + ")");
   dm::expect(a.steps >= 0, "--steps", a.steps, "an integer >= 0");
@@ -254,6 +266,8 @@ void check_outputs(const Args& a) {
   }
 }
 
+int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& topt, bool lead);
+
 int run(const Args& a) {
   disagmoe::host::keep_freed_memory();  // no page faults on the blocks each step reuses
   Eigen::setNbThreads(a.threads);  // effective in an OpenMP build (Eigen would take every core)
@@ -268,10 +282,24 @@ int run(const Args& a) {
   if (a.d.transport == "mpi") {
     int argc0 = 0;
     char** argv0 = nullptr;
+    dm::mpi::collective_timeout() = std::chrono::milliseconds(a.d.timeout_ms);
     mpi_env.emplace(argc0, argv0);
     lead = dm::mpi::Transport::world().rank() == 0;
+    // An error on one rank (a peer's TimeoutError included) ends the whole job after
+    // this rank reported it: the others would otherwise wait in MPI_Finalize.
+    try {
+      return run_job(a, spec, topt, lead);
+    } catch (...) {
+      const int rc = dm::cli::report_exception("disagmoe-train");
+      mpi_env->fail_job(rc);
+      return rc;
+    }
   }
 #endif
+  return run_job(a, spec, topt, lead);
+}
+
+int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& topt, bool lead) {
   check_outputs(a);
   check_memory(spec, a.micro_batch);
   mo::DecoderOptions dopt;

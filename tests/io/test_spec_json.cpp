@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <disagmoe/io/spec_json.hpp>
+#include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/plan_json.hpp>
 #include <disagmoe/spec/presets.hpp>
 
 #include <doctest/doctest.h>
@@ -87,13 +89,13 @@ TEST_CASE("unknown keys, fractional integers, overflow and range errors name the
   m["top_k"] = 8;
   m["dtype"] = "int4";
   CHECK(error_of([&] { io::model_from_json(m); }) == "$.dtype = \"int4\": expected one of fp32, bf16, fp16, fp8");
-  CHECK(error_of([&] { io::model_from_json(Json::array()); }) == "$ = []: expected a JSON object, not array");
+  CHECK(error_of([&] { io::model_from_json(Json::array()); }) == "$ = [...]: expected a JSON object, not array");
   CHECK(error_of([&] { io::cluster_from_json(Json::parse(R"({"gpu": {"hbm": 1}})")); })
             .starts_with("$.gpu.hbm = \"(unknown key)\": expected one of: name, peak_flops_fp32"));
   CHECK(error_of([&] { io::cluster_from_json(Json::parse(R"({"preset": "tpu"})")); })
             .starts_with("$.preset = \"tpu\": expected a preset name"));
   CHECK(error_of([&] { io::cluster_from_json(Json::parse(R"({"preset": "h100", "nodes": 0})")); })
-            .starts_with("$.nodes = 0: expected a positive integer"));
+            .starts_with("$.nodes = 0: expected an integer in [1, 65536]"));
 }
 
 TEST_CASE("loading by name or from files") {
@@ -111,4 +113,59 @@ TEST_CASE("loading by name or from files") {
   CHECK(error_of([&] { io::load_model(broken.string()); }).starts_with(broken.string() + ":$.layers = "));
   std::filesystem::remove(good);
   std::filesystem::remove(broken);
+}
+
+TEST_CASE("hostile JSON files: depth, huge values, overflowing numbers and non-files are clear IoErrors") {
+  const auto dir = std::filesystem::temp_directory_path() / "disagmoe_test_hostile_json";
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "x.json";
+  auto write = [&](const std::string& text) { std::ofstream(file, std::ios::trunc) << text; };
+  // 100000 levels: dump() or a recursive reader would overflow the stack.
+  write(std::string(100000, '[') + std::string(100000, ']'));
+  CHECK(error_of([&] { io::load_model(file.string()); }).find("nesting depth limit") != std::string::npos);
+  // Brackets inside strings do not count.
+  write(R"({"preset": "olmoe-1b-7b", "name": ")" + std::string(1000, '[') + R"("})");
+  CHECK(io::load_model(file.string()).name.size() == 1000);
+  // A huge array as a field is named briefly, not printed.
+  std::string big = R"({"name": [)";
+  for (int i = 0; i < 100000; ++i) big += "1,";
+  big += "1]}";
+  write(big);
+  CHECK(error_of([&] { io::load_model(file.string()); }) == file.string() + ":$.name = [...]: expected a string, not array");
+  write(R"({"preset": "olmoe-1b-7b", "layers": 1e999})");
+  CHECK(error_of([&] { io::load_model(file.string()); }).find("number overflow") != std::string::npos);
+  const auto sub = dir / "sub.json";
+  std::filesystem::create_directories(sub);
+  CHECK(error_of([&] { io::load_cluster(sub.string()); }) ==
+        "file = \"" + sub.string() + "\": expected a regular file (JSON)");
+  CHECK_THROWS_AS(io::read_json_file("/dev/null"), IoError);  // a device: never read
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a plan read back is the planner's allocation; anything else is a named error") {
+  const ModelSpec m = model_preset("olmoe-1b-7b");
+  const ClusterSpec c = parse_cluster_name("h800x128:2");
+  const plan::Plan p = plan::AdaptiveAllocator(m, c).plan();
+  const Json j = plan::to_json(p);
+  CHECK(plan::allocation_from_json(j, m, c) == p.allocation);
+  CHECK(plan::allocation_from_json(j.at("allocation"), m, c) == p.allocation);  // the fields alone
+  Json bad = j;
+  bad["colour"] = "red";
+  CHECK(error_of([&] { plan::allocation_from_json(bad, m, c); }) ==
+        "$.colour = \"(unknown key)\": expected a key that disagmoe-plan --json writes");
+  bad = j;
+  bad["allocation"]["groups"] = (std::int64_t{1} << 32) + 16;  // must not become 16
+  CHECK(error_of([&] { plan::allocation_from_json(bad, m, c); }) ==
+        "$.allocation.groups = 4294967312: expected an integer that fits 32 bits");
+  bad = j;
+  bad["allocation"]["ffn_nics_per_node"] = 9;
+  CHECK(error_of([&] { plan::allocation_from_json(bad, m, c); }) ==
+        "$.allocation.ffn_nics_per_node = 9: expected an integer in [0, 8] on this cluster");
+  CHECK(error_of([&] { plan::allocation_from_json(j, model_preset("mixtral-8x7b"), c); }) ==
+        "$.model = \"olmoe-1b-7b\": expected the model of this run (mixtral-8x7b): plan again for it");
+  CHECK(error_of([&] { plan::allocation_from_json(j, m, parse_cluster_name("h800x128")); })
+            .starts_with("$.cluster = \"h800x128:2\": expected the cluster of this run (h800x128)"));
+  ModelSpec longer = m;
+  longer.seq_len *= 2;
+  CHECK(error_of([&] { plan::allocation_from_json(j, longer, c); }).starts_with("$.seq_len = "));
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/limits.hpp>
 #include <disagmoe/spec/cluster_spec.hpp>
 #include <disagmoe/spec/model_spec.hpp>
 #include <disagmoe/spec/presets.hpp>
@@ -17,6 +18,8 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <tuple>
 #include <type_traits>
 
@@ -76,6 +79,17 @@ constexpr auto fields<ClusterSpec>() {
 
 inline std::string type_name(const Json& j) { return j.type_name(); }
 
+// A JSON value as an error message shows it: scalars as written (long strings cut),
+// arrays and objects as [...] and {...}. Never dump(): it recurses and prints the
+// whole value, so a deep or huge input would overflow the stack or flood the line.
+inline Verbatim brief(const Json& j) {
+  if (j.is_array()) return {"[...]"};
+  if (j.is_object()) return {"{...}"};
+  if (j.is_string() && j.get_ref<const std::string&>().size() > 64)
+    return {Json(j.get_ref<const std::string&>().substr(0, 64)).dump(-1, ' ', false, Json::error_handler_t::replace) + "..."};
+  return {j.dump(-1, ' ', false, Json::error_handler_t::replace)};
+}
+
 // Top-level specs may name a preset to start from; nested objects (the GPU) may not.
 template <class S>
 inline constexpr bool kHasPresets = std::is_same_v<S, ModelSpec> || std::is_same_v<S, ClusterSpec>;
@@ -85,26 +99,26 @@ void read_object(const Json& j, const std::string& path, S& out);
 
 inline void read_value(const Json& j, const std::string& path, int& out) {
   if (!j.is_number_integer())
-    fail<IoError>(path, Verbatim{j.dump()}, "an integer, not " + type_name(j));
+    fail<IoError>(path, brief(j), "an integer, not " + type_name(j));
   const auto v = j.get<long long>();
   if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
     fail<IoError>(path, v, "an integer that fits 32 bits");
   out = static_cast<int>(v);
 }
 inline void read_value(const Json& j, const std::string& path, double& out) {
-  if (!j.is_number()) fail<IoError>(path, Verbatim{j.dump()}, "a number, not " + type_name(j));
+  if (!j.is_number()) fail<IoError>(path, brief(j), "a number, not " + type_name(j));
   out = j.get<double>();
 }
 inline void read_value(const Json& j, const std::string& path, bool& out) {
-  if (!j.is_boolean()) fail<IoError>(path, Verbatim{j.dump()}, "true or false, not " + type_name(j));
+  if (!j.is_boolean()) fail<IoError>(path, brief(j), "true or false, not " + type_name(j));
   out = j.get<bool>();
 }
 inline void read_value(const Json& j, const std::string& path, std::string& out) {
-  if (!j.is_string()) fail<IoError>(path, Verbatim{j.dump()}, "a string, not " + type_name(j));
+  if (!j.is_string()) fail<IoError>(path, brief(j), "a string, not " + type_name(j));
   out = j.get<std::string>();
 }
 inline void read_value(const Json& j, const std::string& path, DType& out) {
-  if (!j.is_string()) fail<IoError>(path, Verbatim{j.dump()}, "a string (fp32, bf16, fp16, fp8), not " + type_name(j));
+  if (!j.is_string()) fail<IoError>(path, brief(j), "a string (fp32, bf16, fp16, fp8), not " + type_name(j));
   try {
     out = parse_dtype(j.get<std::string>(), path);
   } catch (const ConfigError& e) {
@@ -137,7 +151,7 @@ inline void load_preset(const std::string& name, ClusterSpec& out) { out = clust
 template <class S>
 void read_object(const Json& j, const std::string& path, S& out) {
   constexpr bool allow_preset = kHasPresets<S>;
-  if (!j.is_object()) fail<IoError>(path, Verbatim{j.dump()}, "a JSON object, not " + type_name(j));
+  if (!j.is_object()) fail<IoError>(path, brief(j), "a JSON object, not " + type_name(j));
   if constexpr (allow_preset) {
     if (j.contains("preset")) {  // the base first, then the overrides
       std::string name;
@@ -190,15 +204,51 @@ inline ClusterSpec cluster_from_json(const Json& j, const std::string& path = "$
   return c;
 }
 
-/// Parses the JSON file at `file`; IoError names the file (and the parser's position).
-inline Json read_json_file(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  if (!in) fail<IoError>("file", file.string(), "a readable JSON file");
-  try {
-    return Json::parse(in);
-  } catch (const Json::parse_error& e) {
-    fail<IoError>("file", file.string(), std::string("valid JSON (") + e.what() + ")");
+/// Parses JSON text; IoError naming `name` for malformed text, a number that
+/// overflows a double, or nesting deeper than limits().max_json_depth (checked on the
+/// text first, so nothing deep is ever built or printed).
+inline Json parse_json_text(std::string_view text, const std::string& name) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char ch : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > limits().max_json_depth)
+        fail<IoError>("file", name, "JSON nested at most " + std::to_string(limits().max_json_depth) +
+                                        " levels deep (nesting depth limit)");
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
   }
+  try {
+    return Json::parse(text);
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range 406 for 1e999
+    fail<IoError>("file", name, std::string("valid JSON (") + e.what() + ")");
+  }
+}
+
+/// Parses the JSON file at `file`: a regular file (not a directory or device) of at
+/// most limits().max_json_file_bytes. IoError names the file (and the parser's position).
+inline Json read_json_file(const std::filesystem::path& file) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(file, ec);
+  if (ec || !std::filesystem::exists(st)) fail<IoError>("file", file.string(), "a readable JSON file (it does not exist)");
+  if (!std::filesystem::is_regular_file(st)) fail<IoError>("file", file.string(), "a regular file (JSON)");
+  const auto size = std::filesystem::file_size(file, ec);
+  if (ec || size > static_cast<std::uintmax_t>(limits().max_json_file_bytes))
+    fail<IoError>("file", file.string(),
+                  "a JSON file of at most " + std::to_string(limits().max_json_file_bytes) + " bytes");
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail<IoError>("file", file.string(), "a readable JSON file");
+  std::string text(static_cast<std::size_t>(size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  if (in.gcount() != static_cast<std::streamsize>(size)) fail<IoError>("file", file.string(), "a readable JSON file");
+  return parse_json_text(text, file.string());
 }
 
 /// A model from a preset name or a JSON file path (anything ending in ".json").

@@ -19,12 +19,14 @@
 
 #include <disagmoe/config.hpp>
 #include <disagmoe/error.hpp>
+#include <disagmoe/limits.hpp>
 #include <disagmoe/milp/mps_writer.hpp>
 #include <disagmoe/milp/problem.hpp>
 
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -480,8 +482,15 @@ inline Problem read_mps_string(std::string_view text, MpsFormat format = MpsForm
 
 /// Reads a whole file into memory, gunzipping it when zlib is available (zlib reads
 /// plain files too). Throws IoError when it cannot be opened or is gzipped without zlib.
+/// Only regular files are read (a directory or a device such as /dev/zero would fail
+/// late or never end), and a gzip stream stops at limits()' decompressed size and ratio.
 inline std::string read_text_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) fail<IoError>("file", path, "a readable file (it does not exist)");
+  if (!std::filesystem::is_regular_file(st)) fail<IoError>("file", path, "a regular file");
 #if DISAGMOE_HAS_ZLIB()
+  const auto compressed = static_cast<std::int64_t>(std::filesystem::file_size(path, ec));
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) fail<IoError>("file", path, "a readable file");
   std::string out;
@@ -494,6 +503,12 @@ inline std::string read_text_file(const std::string& path) {
     }
     if (n == 0) break;
     out.append(buf, static_cast<std::size_t>(n));
+    try {
+      expect_decompressed("file", path, compressed, static_cast<std::int64_t>(out.size()));
+    } catch (...) {
+      gzclose(f);
+      throw;
+    }
   }
   gzclose(f);
   return out;

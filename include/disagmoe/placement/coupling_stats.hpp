@@ -8,6 +8,7 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/limits.hpp>
 #include <disagmoe/placement/routing_trace.hpp>
 
 #include <algorithm>
@@ -30,6 +31,10 @@ class CouplingStats {
   CouplingStats(int layers, int num_experts, int top_k)
       : layers_(layers), experts_(num_experts), top_k_(top_k) {
     RoutingTrace::check_dimensions(0, layers, top_k, num_experts);
+    // Two experts x experts count matrices per layer: costed before they are allocated.
+    expect_memory("CouplingStats.num_experts", num_experts,
+                  8.0 * layers * static_cast<double>(num_experts) * num_experts,
+                  "coupling statistics (2 x layers x experts^2 x 4 bytes)");
     const auto ee = static_cast<std::size_t>(num_experts) * static_cast<std::size_t>(num_experts);
     load_.assign(static_cast<std::size_t>(layers) * static_cast<std::size_t>(num_experts), 0);
     co_.assign(static_cast<std::size_t>(layers) * ee, 0);

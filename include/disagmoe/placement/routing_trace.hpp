@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -233,6 +234,10 @@ class TraceReader {
 
  private:
   static std::unique_ptr<std::ifstream> open(const std::string& path) {
+    // A directory opens as a stream that fails on the first read: say what it is.
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+      throw IoError(detail::npy_where(path) + ": is a directory, expected a regular .npy file");
     auto f = std::make_unique<std::ifstream>(path, std::ios::binary);
     if (!*f) throw IoError(detail::npy_where(path) + ": cannot be opened for reading");
     return f;

@@ -6,10 +6,16 @@
 /// memory_bytes.{attention_worker, ffn_worker, capacity}, roofline.{turning_point,
 /// attention.{intensity, turning_point, ceiling, bandwidth, achieved}, ffn.{…}},
 /// search.{seed_step_seconds, evaluations, gain, seed, milp_nodes, budget_exhausted}.
+/// `allocation_from_json` reads such a plan back, strictly.
 #pragma once
 
 #include <disagmoe/io/spec_json.hpp>
 #include <disagmoe/plan/plan.hpp>
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <string_view>
 
 namespace disagmoe::plan {
 
@@ -80,6 +86,66 @@ inline io::Json to_json(const Plan& p) {
                  {"budget_exhausted", p.budget_exhausted}};
   j["explanation"] = p.explanation();
   return j;
+}
+
+/// The Allocation of a plan for model `m` on cluster `c`: a whole plan as `to_json`
+/// writes it (the split under "allocation") or just the Allocation fields. Strict, as
+/// a plan is only valid for what it was made for: unknown keys, integers that do not
+/// fit 32 bits, counts outside the cluster, and a plan whose model, cluster or
+/// sequence length differ from `m` and `c` are IoErrors naming the path under `path`.
+inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, const ClusterSpec& c,
+                                       const std::string& path = "$") {
+  using io::detail::brief;
+  using io::detail::read_value;
+  auto known = [](const auto& keys, const std::string& key) {
+    return std::find(keys.begin(), keys.end(), key) != keys.end();
+  };
+  expect<IoError>(j.is_object(), path, brief(j), "a JSON object (disagmoe-plan --json)");
+  const bool full = j.contains("allocation");
+  if (full) {
+    static constexpr std::array<std::string_view, 16> kPlanKeys = {
+        "model",  "cluster",  "seq_len",      "micro_batch", "global_batch",  "attention", "ffn",    "groups",
+        "recompute", "allocation", "layer_groups", "predicted", "memory_bytes", "roofline", "search", "explanation"};
+    for (const auto& [key, value] : j.items())
+      expect<IoError>(known(kPlanKeys, key), path + "." + key, "(unknown key)", "a key that disagmoe-plan --json writes");
+    auto same = [&](const char* key, const std::string& ours, const char* what) {
+      if (!j.contains(key)) return;
+      std::string theirs;
+      if (j.at(key).is_number_integer()) theirs = std::to_string(j.at(key).get<long long>());
+      else read_value(j.at(key), path + "." + key, theirs);
+      expect<IoError>(theirs == ours, path + "." + key, theirs,
+                      std::string("the ") + what + " of this run (" + ours + "): plan again for it");
+    };
+    same("model", m.name, "model");
+    same("cluster", c.name, "cluster");
+    same("seq_len", std::to_string(m.seq_len), "sequence length");
+  }
+  const io::Json& a = full ? j.at("allocation") : j;
+  const std::string base = full ? path + ".allocation" : path;
+  expect<IoError>(a.is_object(), base, brief(a), "a JSON object of plan::Allocation fields");
+  static constexpr std::array<std::string_view, 6> kFields = {"groups", "attention_gpus_per_node", "ffn_gpus_per_node",
+                                                              "attention_nics_per_node", "ffn_nics_per_node", "recompute"};
+  for (const auto& [key, value] : a.items())
+    expect<IoError>(known(kFields, key), base + "." + key, "(unknown key)",
+                    "a plan::Allocation field (groups, attention_gpus_per_node, ffn_gpus_per_node, "
+                    "attention_nics_per_node, ffn_nics_per_node, recompute)");
+  auto count = [&](const char* name, int lo, int hi) {
+    const std::string at = base + "." + name;
+    expect<IoError>(a.contains(name), at, "(missing)", "an integer (plan::Allocation field)");
+    int v = 0;
+    read_value(a.at(name), at, v);  // an integer that fits: no narrowing
+    expect<IoError>(v >= lo && v <= hi, at, v,
+                    "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] on this cluster");
+    return v;
+  };
+  Allocation r;
+  r.groups = count("groups", 1, c.gpus());
+  r.attention_gpus_per_node = count("attention_gpus_per_node", 1, c.gpus_per_node);
+  r.ffn_gpus_per_node = count("ffn_gpus_per_node", 1, c.gpus_per_node);
+  r.attention_nics_per_node = count("attention_nics_per_node", 0, c.nics_per_node);
+  r.ffn_nics_per_node = count("ffn_nics_per_node", 0, c.nics_per_node);
+  if (a.contains("recompute")) read_value(a.at("recompute"), base + ".recompute", r.recompute);
+  return r;
 }
 
 }  // namespace disagmoe::plan

@@ -10,6 +10,7 @@
 
 #include <disagmoe/config.hpp>
 #include <disagmoe/error.hpp>
+#include <disagmoe/limits.hpp>
 #include <disagmoe/model/random.hpp>
 
 #include <algorithm>
@@ -90,6 +91,7 @@ inline std::vector<std::uint8_t> gunzip(std::span<const std::uint8_t> in,
     if (out.size() > max_bytes)
       fail<IoError>("corpus", name,
                     "at most " + std::to_string(max_bytes) + " bytes once decompressed");
+    expect_decompressed("corpus", name, static_cast<std::int64_t>(in.size()), static_cast<std::int64_t>(out.size()));
     if (rc == Z_OK) continue;
     const bool input_done = zs.avail_in == 0 && fed == in.size();
     if (rc == Z_STREAM_END) {

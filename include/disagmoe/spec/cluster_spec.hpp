@@ -4,6 +4,7 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/limits.hpp>
 #include <disagmoe/spec/dtype.hpp>
 
 #include <cmath>
@@ -52,7 +53,7 @@ struct ClusterSpec {
 
 /// The same cluster with `nodes` nodes; the name records the change ("h100:4").
 inline ClusterSpec scaled_to_nodes(ClusterSpec c, int nodes, std::string_view field = "nodes") {
-  expect(nodes > 0, field, nodes, "a positive number of nodes");
+  expect_in(field, nodes, 1, max_size::kNodes);
   if (nodes != c.nodes) c.name += ":" + std::to_string(nodes);
   c.nodes = nodes;
   return c;
@@ -61,30 +62,33 @@ inline ClusterSpec scaled_to_nodes(ClusterSpec c, int nodes, std::string_view fi
 /// Throws ConfigError naming `prefix.field`, its value and the valid range.
 inline void validate(const ClusterSpec& c, std::string_view prefix = "ClusterSpec") {
   const std::string p(prefix);
-  auto positive = [&](const std::string& f, double v) {
-    expect(std::isfinite(v) && v > 0, p + "." + f, v, "a positive finite number");
+  namespace mx = max_size;
+  // Finite, and inside limits.hpp's ranges: products of these stay finite and the
+  // planner's per-node work bounded.
+  auto positive = [&](const std::string& f, double v, double lo, double hi) {
+    expect_finite_in(p + "." + f, v, lo, hi);
   };
-  auto non_negative = [&](const std::string& f, double v) {
-    expect(std::isfinite(v) && v >= 0, p + "." + f, v, "a finite number >= 0");
+  auto non_negative = [&](const std::string& f, double v, double hi) {
+    expect_finite_in(p + "." + f, v, 0, hi);
   };
-  expect(c.nodes > 0, p + ".nodes", c.nodes, "a positive integer");
-  expect(c.gpus_per_node > 0, p + ".gpus_per_node", c.gpus_per_node, "a positive integer");
-  positive("gpu.peak_flops_fp32", c.gpu.peak_flops_fp32);
-  positive("gpu.peak_flops_bf16", c.gpu.peak_flops_bf16);
-  non_negative("gpu.peak_flops_fp8", c.gpu.peak_flops_fp8);
-  positive("gpu.hbm_bytes", c.gpu.hbm_bytes);
-  positive("gpu.hbm_bandwidth", c.gpu.hbm_bandwidth);
-  if (c.gpus_per_node > 1) positive("intra_node_bandwidth", c.intra_node_bandwidth);
-  else non_negative("intra_node_bandwidth", c.intra_node_bandwidth);
-  non_negative("intra_node_latency", c.intra_node_latency);
-  expect(c.nics_per_node >= 0, p + ".nics_per_node", c.nics_per_node, "an integer >= 0");
+  expect_in(p + ".nodes", c.nodes, 1, mx::kNodes);
+  expect_in(p + ".gpus_per_node", c.gpus_per_node, 1, mx::kGpusPerNode);
+  positive("gpu.peak_flops_fp32", c.gpu.peak_flops_fp32, 1, mx::kFlops);
+  positive("gpu.peak_flops_bf16", c.gpu.peak_flops_bf16, 1, mx::kFlops);
+  non_negative("gpu.peak_flops_fp8", c.gpu.peak_flops_fp8, mx::kFlops);
+  positive("gpu.hbm_bytes", c.gpu.hbm_bytes, mx::kMinHbmBytes, mx::kBytes);
+  positive("gpu.hbm_bandwidth", c.gpu.hbm_bandwidth, mx::kMinBandwidth, mx::kBandwidth);
+  if (c.gpus_per_node > 1) positive("intra_node_bandwidth", c.intra_node_bandwidth, mx::kMinBandwidth, mx::kBandwidth);
+  else non_negative("intra_node_bandwidth", c.intra_node_bandwidth, mx::kBandwidth);
+  non_negative("intra_node_latency", c.intra_node_latency, mx::kLatency);
+  expect_in(p + ".nics_per_node", c.nics_per_node, 0, mx::kNicsPerNode);
   if (c.nodes > 1) {
     expect(c.nics_per_node > 0, p + ".nics_per_node", c.nics_per_node,
            "at least 1 NIC per node when nodes > 1 (" + std::to_string(c.nodes) + ")");
   }
-  if (c.nics_per_node > 0) positive("nic_bandwidth", c.nic_bandwidth);
-  else non_negative("nic_bandwidth", c.nic_bandwidth);
-  non_negative("nic_latency", c.nic_latency);
+  if (c.nics_per_node > 0) positive("nic_bandwidth", c.nic_bandwidth, mx::kMinBandwidth, mx::kBandwidth);
+  else non_negative("nic_bandwidth", c.nic_bandwidth, mx::kBandwidth);
+  non_negative("nic_latency", c.nic_latency, mx::kLatency);
 }
 
 }  // namespace disagmoe

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/limits.hpp>
 #include <disagmoe/spec/dtype.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace disagmoe {
@@ -64,33 +66,39 @@ struct ModelSpec {
 /// first invalid field. `prefix` is "ModelSpec" or a JSON path such as "$".
 inline void validate(const ModelSpec& m, std::string_view prefix = "ModelSpec") {
   const std::string p(prefix);
-  auto positive = [&](const char* f, long long v) { expect(v > 0, p + "." + f, v, "a positive integer"); };
-  auto non_negative = [&](const char* f, long long v) { expect(v >= 0, p + "." + f, v, "an integer >= 0"); };
-  positive("layers", m.layers);
-  positive("hidden", m.hidden);
-  positive("heads", m.heads);
-  positive("kv_heads", m.kv_heads);
+  // Upper bounds (limits.hpp) keep every derived size in 64 bits and the planner's work bounded.
+  auto positive = [&](const char* f, long long v, long long hi = std::numeric_limits<int>::max()) {
+    expect(v > 0 && v <= hi, p + "." + f, v, "an integer in [1, " + std::to_string(hi) + "]");
+  };
+  auto non_negative = [&](const char* f, long long v, long long hi = std::numeric_limits<int>::max()) {
+    expect(v >= 0 && v <= hi, p + "." + f, v, "an integer in [0, " + std::to_string(hi) + "]");
+  };
+  namespace mx = max_size;
+  positive("layers", m.layers, mx::kLayers);
+  positive("hidden", m.hidden, mx::kHidden);
+  positive("heads", m.heads, mx::kHeads);
+  positive("kv_heads", m.kv_heads, mx::kHeads);
   expect(m.heads % m.kv_heads == 0, p + ".kv_heads", m.kv_heads,
          "a divisor of heads (" + std::to_string(m.heads) + ")");
-  positive("head_dim", m.head_dim);
+  positive("head_dim", m.head_dim, mx::kHeadDim);
   non_negative("first_dense_layers", m.first_dense_layers);
   expect(m.first_dense_layers <= m.layers, p + ".first_dense_layers", m.first_dense_layers,
          "at most layers (" + std::to_string(m.layers) + ")");
   positive("moe_layer_interval", m.moe_layer_interval);
-  positive("experts", m.experts);
-  non_negative("shared_experts", m.shared_experts);
+  positive("experts", m.experts, mx::kExperts);
+  non_negative("shared_experts", m.shared_experts, mx::kExperts);
   expect(m.top_k >= 1 && m.top_k <= m.experts, p + ".top_k", m.top_k,
          "1 <= top_k <= experts (" + std::to_string(m.experts) + ")");
-  positive("expert_ffn", m.expert_ffn);
-  if (m.shared_experts > 0) positive("shared_expert_ffn", m.shared_expert_ffn);
-  else non_negative("shared_expert_ffn", m.shared_expert_ffn);
-  if (m.moe_layers() < m.layers) positive("dense_ffn", m.dense_ffn);
-  else non_negative("dense_ffn", m.dense_ffn);
-  positive("vocab", m.vocab);
-  non_negative("sliding_window", m.sliding_window);
+  positive("expert_ffn", m.expert_ffn, mx::kFfn);
+  if (m.shared_experts > 0) positive("shared_expert_ffn", m.shared_expert_ffn, mx::kFfn);
+  else non_negative("shared_expert_ffn", m.shared_expert_ffn, mx::kFfn);
+  if (m.moe_layers() < m.layers) positive("dense_ffn", m.dense_ffn, mx::kFfn);
+  else non_negative("dense_ffn", m.dense_ffn, mx::kFfn);
+  positive("vocab", m.vocab, mx::kVocab);
+  non_negative("sliding_window", m.sliding_window, mx::kSeqLen);
   positive("sliding_window_interval", m.sliding_window_interval);
-  positive("seq_len", m.seq_len);
-  positive("micro_batch", m.micro_batch);
+  positive("seq_len", m.seq_len, mx::kSeqLen);
+  positive("micro_batch", m.micro_batch, mx::kMicroBatch);
 }
 
 }  // namespace disagmoe

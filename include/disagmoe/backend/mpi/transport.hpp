@@ -5,6 +5,13 @@
 /// the `disagmoe::mpi` target. Errors are returned (MPI_ERRORS_RETURN), never fatal,
 /// and thrown as MpiError naming the call; a receive whose size differs from its
 /// send is an IoError, as on the loopback transport.
+///
+/// Deadlines: every collective the library issues (MPI_Init, communicator creation)
+/// is bounded by `collective_timeout()`; a peer that stops (SIGSTOP, a hung node)
+/// turns into a TimeoutError or, where MPI gives no way back (MPI_Init), into an exit
+/// with status 2 after one line on stderr. `Environment::fail_job` then ends the
+/// whole job with MPI_Abort on MPI_COMM_WORLD, so no rank waits for a dead peer in
+/// MPI_Finalize (MPI 4.0 §11.2: Finalize is collective over connected processes).
 #pragma once
 
 #include <disagmoe/comm/transport.hpp>
@@ -15,6 +22,10 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <sstream>
@@ -33,8 +44,44 @@ inline void check(int code, const char* call) {
   fail<MpiError>(call, std::string(text, static_cast<std::size_t>(len)), "MPI_SUCCESS");
 }
 
+/// Deadline of every collective the library issues (process-wide; set it before
+/// creating the Environment). Default 60 s.
+inline std::chrono::milliseconds& collective_timeout() {
+  static std::chrono::milliseconds t{60000};
+  return t;
+}
+
+namespace detail {
+/// Runs `blocking()`, a call MPI offers no deadline for; when it has not returned
+/// within `timeout`, prints one line naming `what` and ends this process with
+/// status 2 (mpirun then ends the job). The watchdog thread makes no MPI call.
+template <class F>
+void with_watchdog(const char* what, std::chrono::milliseconds timeout, F&& blocking) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread dog([&] {
+    std::unique_lock lock(m);
+    if (!cv.wait_for(lock, timeout, [&] { return done; })) {
+      std::fprintf(stderr, "error: %s = not finished after %lld ms: expected every rank to join (a peer is stopped or lost)\n",
+                   what, static_cast<long long>(timeout.count()));
+      std::fflush(stderr);
+      std::_Exit(2);
+    }
+  });
+  blocking();
+  {
+    std::lock_guard lock(m);
+    done = true;
+  }
+  cv.notify_one();
+  dog.join();
+}
+}  // namespace detail
+
 /// RAII MPI_Init_thread (funneled: one thread per process talks to MPI) / MPI_Finalize.
-/// Does nothing when MPI is already initialised by the caller.
+/// Does nothing when MPI is already initialised by the caller. MPI_Init is bounded by
+/// collective_timeout() (see detail::with_watchdog).
 class Environment {
  public:
   Environment(int& argc, char**& argv) {
@@ -42,13 +89,28 @@ class Environment {
     MPI_Initialized(&initialised);
     if (initialised) return;
     int provided = 0;
-    check(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    int rc = MPI_SUCCESS;
+    detail::with_watchdog("MPI_Init_thread", collective_timeout(),
+                          [&] { rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided); });
+    check(rc, "MPI_Init_thread");
     owned_ = true;
   }
   Environment(const Environment&) = delete;
   Environment& operator=(const Environment&) = delete;
   ~Environment() {
     if (owned_) MPI_Finalize();
+  }
+
+  /// When false, fail_job returns instead of aborting (the caller ends the job itself).
+  bool abort_on_error = true;
+
+  /// Ends the whole job after this rank reported an error: MPI_Abort(MPI_COMM_WORLD,
+  /// code), which returns `code` from mpirun; returns only with abort_on_error off.
+  void fail_job(int code) const {
+    if (!abort_on_error) return;
+    std::fflush(stderr);
+    std::fflush(stdout);
+    MPI_Abort(MPI_COMM_WORLD, code);
   }
 
  private:
@@ -166,6 +228,32 @@ class Transport {
     }
   }
 
+  /// MPI_Ibarrier polled until every rank of this communicator arrived or
+  /// collective_timeout() passed (TimeoutError naming `what`; the barrier is left
+  /// pending: the job is expected to end, see Environment::fail_job).
+  void fence(const char* what) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+    const auto deadline = comm::Clock::now() + collective_timeout();
+    for (int spin = 0;; ++spin) {
+      int flag = 0;
+      check(MPI_Test(&r, &flag, MPI_STATUS_IGNORE), "MPI_Test (barrier)");
+      if (flag) return;
+      if (comm::Clock::now() >= deadline) {
+        std::ostringstream os;
+        os << "every one of its " << size_ << " ranks within " << collective_timeout().count()
+           << " ms (a peer is stopped or lost)";
+        fail<TimeoutError>(std::string("mpi::Transport ") + what + " on rank " + std::to_string(rank_), "not joined",
+                           os.str());
+      }
+      if (spin < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+  }
+
   /// MPI_Cancel; a receive is then completed (bounded), a send request freed.
   void cancel(Request& req) {
     if (req.handle == MPI_REQUEST_NULL) return;
@@ -193,6 +281,14 @@ class Transport {
     const int rc_incl = MPI_Group_incl(parent, static_cast<int>(members.size()), members.data(), &sub);
     MPI_Group_free(&parent);
     check(rc_incl, "MPI_Group_incl");
+    // MPI_Comm_create has no deadline; a non-blocking barrier first proves every rank
+    // is here, so a stopped peer is a TimeoutError instead of a hang.
+    try {
+      fence("MPI_Comm_create (split)");
+    } catch (...) {
+      MPI_Group_free(&sub);
+      throw;
+    }
     MPI_Comm created = MPI_COMM_NULL;
     const int rc = MPI_Comm_create(comm_, sub, &created);
     MPI_Group_free(&sub);

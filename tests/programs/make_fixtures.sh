@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Writes the hostile input files of bad_inputs.txt into DIR: generated here rather
+# than kept in the repository because some are large (deep nesting) or special
+# (a directory, a device, a gzip bomb).
+set -eu
+d=$1
+deep() { head -c "$1" /dev/zero | tr '\0' "$2"; }
+{ deep 100000 '['; deep 100000 ']'; } >"$d/deep.json"
+{ printf '{"name": '; deep 100000 '['; deep 100000 ']'; printf '}'; } >"$d/deep_field.json"
+{ printf '{"name": ['; seq -s, 1 200000; printf ']}'; } >"$d/wide_field.json"
+echo '{"preset": "olmoe-1b-7b", "layers": 1e999}' >"$d/overflow_number.json"
+echo '{"preset": "olmoe-1b-7b", "layers": 99999999999999999999999}' >"$d/overflow_integer.json"
+echo '{"preset": "olmoe-1b-7b", "layers": 2000000000}' >"$d/huge_layers.json"
+echo '{"preset": "olmoe-1b-7b", "layers": 200000, "first_dense_layers": 0}' >"$d/many_layers.json"
+echo '{"preset": "olmoe-1b-7b", "hidden": 2000000000, "vocab": 2000000000}' >"$d/huge_hidden.json"
+echo '{"preset": "olmoe-1b-7b", "expert_ffn": 2000000000, "experts": 60000, "top_k": 8}' >"$d/huge_experts.json"
+echo '{"preset": "olmoe-1b-7b", "seq_len": 2000000000}' >"$d/huge_seq.json"
+echo '{"preset": "olmoe-1b-7b", "heads": 2000000000, "kv_heads": 2000000000}' >"$d/huge_heads.json"
+echo '{"preset": "h100", "nodes": 2000000000, "nics_per_node": 2000000000}' >"$d/huge_nics.json"
+echo '{"preset": "h100", "nodes": 100000}' >"$d/many_nodes.json"
+echo '{"preset": "h100", "gpus_per_node": 2000000000}' >"$d/huge_gpus.json"
+echo '{"preset": "h100", "gpu": {"peak_flops_bf16": 1e308, "peak_flops_fp32": 1e308}}' >"$d/huge_flops.json"
+echo '{"preset": "h100", "nic_bandwidth": 1e-300, "nodes": 2}' >"$d/tiny_nic.json"
+echo '{"preset": "h100", "gpu": {"hbm_bytes": 1e-300}}' >"$d/tiny_hbm.json"
+echo '{"preset": "h100", "intra_node_latency": 1e300}' >"$d/huge_latency.json"
+echo '{"preset": "olmoe-1b-7b", "name": "x", "layers": 16, "bogus": 1}' >"$d/unknown_key.json"
+printf '{"preset": "olmoe-1b-7b", "name": "\xff\xfe"}' >"$d/bad_utf8.json"
+printf '\xef\xbb\xbf{"preset": "olmoe-1b-7b", "layers": "16"}' >"$d/string_layers.json"
+mkdir -p "$d/dir.json" "$d/dir.mps" "$d/dir.npy"
+ln -sf /dev/zero "$d/zero.json"
+ln -sf /dev/zero "$d/zero.mps"
+ln -sf /dev/zero "$d/zero.npy"
+: >"$d/empty.json"
+# A plan whose integers do not fit 32 bits (2^32 + 16 must not become 16).
+echo '{"allocation": {"groups": 4294967312, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 4, "ffn_nics_per_node": 4}}' >"$d/plan_narrow.json"
+echo '{"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0, "colour": "red"}' >"$d/plan_unknown.json"
+echo '{"model": "qwen3-235b-a22b", "cluster": "h100", "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_other_model.json"
+echo '{"model": "olmoe-1b-7b", "cluster": "mi300x", "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_other_cluster.json"
+echo '{"groups": 1.5, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}' >"$d/plan_float.json"
+echo '{"groups": -1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}' >"$d/plan_negative.json"
+# A gzip bomb: 64 KiB that inflates to 256 MiB of one repeated MPS-looking line.
+yes 'COLUMNS' | head -c 268435456 | gzip -9 >"$d/bomb.mps.gz"
+yes 'abcdefgh' | head -c 268435456 | gzip -9 >"$d/bomb.txt.gz"
+printf 'NAME x\nROWS\n N obj\nCOLUMNS\n x obj 1e999\nENDATA\n' >"$d/overflow.mps"
+printf '\x93NUMPY\x01\x00\x76\x00{'"'"'descr'"'"': '"'"'<i4'"'"', '"'"'fortran_order'"'"': False, '"'"'shape'"'"': (4294967296, 4294967296, 8), }' >"$d/huge_shape.npy"
+printf '%*s\n' $((127 - $(wc -c <"$d/huge_shape.npy"))) '' >>"$d/huge_shape.npy"

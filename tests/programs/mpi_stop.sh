@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# A rank of an MPI job stops (SIGSTOP: alive, silent) or dies (SIGKILL); the job must
+# end within its deadline with the error reported, not spin or wait forever.
+#   mpi_stop.sh MPIRUN TRAIN_BINARY [TRAIN_ARGS...]
+# Cases: a rank stopped while training, a rank stopped during MPI_Init, a rank killed
+# while training. Prints one line per case with the seconds the job took to end.
+# Exits 77 (skipped) without mpirun.
+set -u
+mpirun=$1 train=$2
+shift 2
+command -v "$mpirun" >/dev/null 2>&1 || { echo "no mpirun: skipped"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+deadline_ms=3000  # --timeout: the channel's and every collective's deadline
+slack_s=30        # startup, the deadline itself, MPI_Abort's teardown
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+failures=0
+
+# ranks PID...: the MPI processes mpirun started (its children running the binary).
+ranks() { pgrep -P "$1" -f "$(basename "$train")" | sort -n; }
+
+run_case() {  # name signal when(init|train)
+  local name=$1 sig=$2 when=$3
+  [[ -n ${DISAGMOE_MPI_CASES:-} && $name != *${DISAGMOE_MPI_CASES}* ]] && return
+  local start end rc victim=""
+  start=$(date +%s%N)
+  "$mpirun" -np 4 --oversubscribe "$train" "${extra[@]}" --schedule afpipe --transport mpi --steps 100000 \
+      --timeout "$deadline_ms" >"$log" 2>&1 &
+  local job=$!
+  if [[ $when == init ]]; then  # stop the first rank as soon as it exists
+    for _ in $(seq 1 2000); do victim=$(ranks "$job" | head -n 1); [[ -n $victim ]] && break; sleep 0.005; done
+  else  # wait until training runs (the first line is printed after MPI_Init), then stop one rank
+    for _ in $(seq 1 600); do [[ -s $log ]] && break; sleep 0.1; done
+    sleep 1
+    victim=$(ranks "$job" | tail -n 1)
+  fi
+  [[ -n $victim ]] && kill -s "$sig" "$victim"
+  local tenths=0
+  while kill -0 "$job" 2>/dev/null && (( tenths < (deadline_ms / 1000 + slack_s) * 10 )); do sleep 0.2; tenths=$((tenths + 2)); done
+  if kill -0 "$job" 2>/dev/null; then
+    echo "FAIL $name: the job still runs $((deadline_ms / 1000 + slack_s)) s after the rank was stopped"
+    kill -KILL "$job" $(ranks "$job") 2>/dev/null
+    failures=$((failures + 1))
+    return
+  fi
+  wait "$job"
+  rc=$?
+  end=$(date +%s%N)
+  [[ -n $victim ]] && kill -KILL "$victim" 2>/dev/null
+  local secs
+  secs=$(awk -v ns=$((end - start)) 'BEGIN { printf "%.1f", ns / 1e9 }')
+  if (( rc == 0 )) || [[ -z $victim ]]; then
+    echo "FAIL $name: exit $rc, victim '${victim}': $(head -c 400 "$log" | tr '\n' ' ')"
+    failures=$((failures + 1))
+  elif [[ $sig == STOP ]] && ! grep -q "^disagmoe-train: error: \|^error: MPI_Init" "$log"; then
+    # A stopped rank cannot speak; the others must say why the job ends. A killed
+    # rank's job is ended by mpirun itself.
+    echo "FAIL $name: exit $rc without an error line: $(head -c 400 "$log" | tr '\n' ' ')"
+    failures=$((failures + 1))
+  else
+    echo "ok $name: job ended in ${secs} s (exit $rc): $(grep -m1 "error: \|aborted" "$log" | cut -c1-240)"
+  fi
+}
+
+extra=("$@")
+set --
+run_case "SIGSTOP while training" STOP train
+run_case "SIGSTOP during MPI_Init" STOP init
+run_case "SIGKILL while training" KILL train
+exit $(( failures > 0 ))
