@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench/runtime: AF-Pipe against colocated expert parallelism on real workers (loopback
 // threads over the emulated network), the same kernels in the same run: AF-Pipe with
-// stage alignment (direct messages) and through comm::M2NChannel (groups of ranks), and the
+// stage alignment as direct messages and through comm::M2NChannel (its hand-off), and the
 // baselines 1F1B-EP and Megatron's A2A overlap, whose all-to-all inside a stage is the
 // same M2NChannel with every rank on both ends. Each beside the simulator's prediction of
 // the same step calibrated with the run's own op times, and the colocated trainer (one
@@ -151,18 +151,19 @@ rt::DisaggregatedOptions options_of(rt::ScheduleKind kind, int units, int m, int
   return o;
 }
 
-/// The schedules compared on `world` ranks: AF-Pipe (direct with stage alignment, and
-/// through M2NChannel) and the colocated-EP baselines with an all-to-all inside a stage.
+/// The schedules compared on `world` ranks: AF-Pipe with stage alignment (direct, and
+/// through M2NChannel: p pairs of one rank each, one pair of groups) and the colocated-EP
+/// baselines with an all-to-all inside a stage.
 std::vector<Variant> variants(int world, int layers, int micro_batches) {
   using S = rt::ScheduleKind;
   using X = rt::Exchange;
   std::vector<Variant> v;
   const int half = world / 2;
-  v.push_back({"afpipe p=" + std::to_string(half), options_of(S::kAfPipe, half, 1, 1, X::kDirect, true)});
+  const std::string pairs = " p=" + std::to_string(half);
+  v.push_back({"afpipe direct" + pairs, options_of(S::kAfPipe, half, 1, 1, X::kDirect, true)});
+  v.push_back({"afpipe channel" + pairs, options_of(S::kAfPipe, half, 1, 1, X::kChannel, true)});
   if (half > 1)
-    v.push_back({"afpipe M=N=" + std::to_string(half), options_of(S::kAfPipe, 1, half, half, X::kChannel, false)});
-  else
-    v.push_back({"afpipe channel", options_of(S::kAfPipe, 1, 1, 1, X::kChannel, false)});
+    v.push_back({"afpipe M=N=" + std::to_string(half), options_of(S::kAfPipe, 1, half, half, X::kChannel, true)});
   for (int stages = 1; stages <= world / 2; stages *= 2) {
     const int g = world / stages;
     const std::string tag = " p=" + std::to_string(stages) + " G=" + std::to_string(g);
