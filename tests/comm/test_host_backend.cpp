@@ -190,7 +190,7 @@ TEST_CASE("gate_gradients: one dot product per term, in its slot, against a naiv
         for (std::size_t c = 0; c < width; ++c) acc += outputs[static_cast<std::size_t>(pos[q]) * width + c] * grad[r * width + c];
         want[r * k + static_cast<std::size_t>(slot[q])] = acc;
       }
-    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    CHECK(got == want);  // exact: the same products summed in the same order
   }
   std::vector<float> o(4), g(4), out(2);
   const std::vector<std::int64_t> seg{0, 1}, pos{3};
