@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // disagmoe-afpipe-quickstart: the README's disaggregated training example, built and run
-// by ctest so it stays true. The pipeline is one type composed from the two computes and
-// the transport; four worker threads (attention A0, A1 and FFN F0, F1: p = 2 pairs) train
+// by ctest so it stays true. The pipeline is one type composed from the schedule policy,
+// the two computes and the transport; four worker threads (attention A0, A1 and FFN F0, F1: p = 2 pairs) train
 // under AF-Pipe, and the result is compared with the colocated trainer on the same data.
 #include <disagmoe/disagmoe.hpp>
 
@@ -16,9 +16,10 @@ namespace rt = disagmoe::runtime;
 namespace mo = disagmoe::model;
 using Attention = mo::ReferenceAttention<float>;
 using Experts = mo::ReferenceExperts<float>;
-// The pipeline: AF-Pipe over worker threads. Swap the transport for disagmoe::mpi::Transport
-// to run the workers as MPI ranks, or the computes for your own models.
-using Pipeline = rt::DisaggregatedTrainer<Attention, Experts, disagmoe::host::LoopbackTransport>;
+// The pipeline: AF-Pipe over worker threads. Swap the policy for disagmoe::schedule::OneFOneB
+// or A2AOverlap to run colocated expert parallelism instead, the transport for
+// disagmoe::mpi::Transport to run the workers as MPI ranks, or the computes for your own.
+using Pipeline = rt::Pipeline<disagmoe::schedule::AFPipe, Attention, Experts, disagmoe::host::LoopbackTransport>;
 
 int main(int argc, char** argv) {
   CLI::App app{"The README's AF-Pipe example: four worker threads train what one worker trains.",
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
     std::vector<float> losses;
     disagmoe::host::LoopbackWorld world(2 * layout.pairs);  // one thread per worker
     disagmoe::host::run_ranks(world, [&](disagmoe::host::LoopbackTransport& t) {
-      Pipeline trainer(Attention(spec, opt), Experts(spec, opt), spec, train, layout, t);
+      Pipeline trainer(disagmoe::schedule::AFPipe{}, Attention(spec, opt), Experts(spec, opt), spec, train, layout, t);
       mo::Rng rng(1);  // every worker draws the same batches
       for (int step = 0; step < steps; ++step) {
         const rt::Batch b = corpus.sample_train(8, rng);

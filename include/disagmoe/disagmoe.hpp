@@ -38,4 +38,5 @@
 #include <disagmoe/runtime/checkpoint.hpp>
 #include <disagmoe/runtime/colocated_trainer.hpp>
 #include <disagmoe/runtime/disaggregated_trainer.hpp>
+#include <disagmoe/runtime/pipeline.hpp>
 #include <disagmoe/runtime/timeline.hpp>
