@@ -60,10 +60,10 @@ class ChannelExchange {
   /// (pair, or colocated stage) of layer l; `hand_off[l]`: F_l returns to layer l+1's
   /// attention worker. Shared experts ride as extra routing slots of gate 1 (ids E, E+1,
   /// ...), so a channel's combine adds them after the routed slots, as the colocated
-  /// combine does. `expert_rank`: F-rank of every expert, routed then shared.
+  /// combine does. `expert_rank[l]`: F-rank of every expert of layer l, routed then shared.
   ChannelExchange(Transport& world, const RankLayout& ranks, const std::vector<int>& layer_worker,
                   const std::vector<bool>& hand_off, const ModelSpec& spec, int micro_batches,
-                  std::vector<std::int32_t> expert_rank, std::chrono::milliseconds timeout)
+                  std::vector<std::vector<std::int32_t>> expert_rank, std::chrono::milliseconds timeout)
       : spec_(spec), timeout_(timeout) {
     const int me = world.rank(), worker = ranks.worker_of(me);
     const int pair = ranks.colocated ? worker : worker % ranks.pairs;
@@ -100,7 +100,6 @@ class ChannelExchange {
     base.hidden = spec.hidden;
     base.top_k = spec.top_k + spec.shared_experts;
     base.timeout = timeout;
-    base.expert_rank = std::move(expert_rank);
     std::vector<int> ordinal(static_cast<std::size_t>(ranks.pairs), 0);  // MoE layers of each pair so far
     for (int l = 0; l < spec.layers; ++l) {
       if (!spec.is_moe_layer(l)) continue;
@@ -111,6 +110,7 @@ class ChannelExchange {
       if (i != pair && !next_here) continue;  // not a member of layer l's channels
       comm::ChannelConfig c = base;  // one connection per layer, a channel per micro-batch
       c.name = "layer " + std::to_string(l);
+      c.expert_rank = std::move(expert_rank[static_cast<std::size_t>(l)]);
       c.hand_off = handed;
       c.tag_base = comm::kTagsPerChannel * count * micro_batches;
       expect(c.tag_base + comm::kTagsPerChannel * micro_batches <= comm::kHandshakeTag, "channels per pair",

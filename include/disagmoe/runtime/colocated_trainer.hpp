@@ -158,6 +158,30 @@ class ColocatedTrainer {
     return out;
   }
 
+  /// How the current model routes `batch`'s tokens (forward only, nothing kept): the
+  /// top-k expert ids of every MoE layer, flattened [token][MoE layer][slot], tokens in
+  /// batch order (a routing trace, e.g. to fit an expert placement; Expert Coupling,
+  /// arXiv 2610.09372). Targets are not used.
+  [[nodiscard]] std::vector<std::int32_t> routing(const TokenBatch& batch) {
+    detail::check_batch(spec_, batch);
+    int moe = 0;
+    for (int l = 0; l < spec_.layers; ++l) moe += spec_.is_moe_layer(l) ? 1 : 0;
+    const auto s = static_cast<std::size_t>(spec_.seq_len), k = static_cast<std::size_t>(spec_.top_k);
+    const auto stride = static_cast<std::size_t>(moe) * k;  // one token's entries
+    std::vector<std::int32_t> out(static_cast<std::size_t>(batch.sequences) * s * stride);
+    for (int q = 0; q < batch.sequences; ++q) {
+      int ordinal = 0;
+      (void)forward_only(batch.inputs.subspan(static_cast<std::size_t>(q) * s, s), [&](const model::IndexMatrix& ids) {
+        for (std::size_t t = 0; t < s; ++t)
+          for (std::size_t j = 0; j < k; ++j)
+            out[(static_cast<std::size_t>(q) * s + t) * stride + static_cast<std::size_t>(ordinal) * k + j] =
+                ids(static_cast<Eigen::Index>(t), static_cast<Eigen::Index>(j));
+        ++ordinal;
+      });
+    }
+    return out;
+  }
+
   /// Steps taken so far (the optimizer's step count).
   [[nodiscard]] std::int64_t steps() const { return step_; }
   /// Restores the step count (resuming from a checkpoint).
@@ -245,17 +269,19 @@ class ColocatedTrainer {
   }
 
   // Forward through every layer, releasing each layer's saved state at once (under a
-  // micro-batch id that training never uses).
-  Matrix forward_only(std::span<const int> ids) {
+  // micro-batch id that training never uses); `routed` sees each MoE layer's top-k ids.
+  template <class Routed = void (*)(const model::IndexMatrix&)>
+  Matrix forward_only(std::span<const int> ids, Routed&& routed = [](const model::IndexMatrix&) {}) {
     try {
-      return forward_only_unguarded(ids);
+      return forward_only_unguarded(ids, routed);
     } catch (...) {
       attention_.release_all();
       experts_.release_all();
       throw;
     }
   }
-  Matrix forward_only_unguarded(std::span<const int> ids) {
+  template <class Routed>
+  Matrix forward_only_unguarded(std::span<const int> ids, Routed& routed) {
     Matrix h;
     const int mb = kEvalMicroBatch;
     attention_.embed(mb, ids, h);
@@ -265,6 +291,7 @@ class ColocatedTrainer {
       if (!spec_.is_moe_layer(l)) {
         h = out.residual;
       } else {
+        routed(out.topk_ids);
         LocalDispatch d(out.topk_ids, spec_.experts, spec_.shared_experts);
         Matrix rows, expert_out, y;
         group_rows(d, out.tokens, rows);

@@ -53,8 +53,10 @@ struct DisaggregatedOptions {
   int pairs = 1;                  ///< p: attention workers = FFN workers = p (colocated: stages)
   int attention_ranks = 1;        ///< M: ranks per attention worker (data parallel over a micro-batch)
   int ffn_ranks = 1;              ///< N: ranks per FFN worker (its experts split over them)
-  /// F-rank in [0, N) of every routed expert (the same for every layer); empty: contiguous
-  /// blocks. Shared expert s lives on F-rank s mod N.
+  /// F-rank in [0, N) of every routed expert: E entries (one map for every layer) or
+  /// layers x E entries, [layer][expert] (a placement per layer, e.g. Expert Coupling's
+  /// `placement::CorrelatedPlacement`; a dense layer's entries are not used); empty:
+  /// contiguous blocks. Shared expert s lives on F-rank s mod N.
   std::vector<int> expert_rank;
   Exchange exchange = Exchange::kAuto;
   schedule::AFPipe policy{};      ///< ping-pong group, in-flight window, stage alignment
@@ -134,9 +136,12 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
     expect(o.exchange != Exchange::kDirect || one, "DisaggregatedOptions.exchange", "direct",
            "channel for workers of several ranks");
   }
-  expect(o.expert_rank.empty() || static_cast<int>(o.expert_rank.size()) == spec.experts,
+  const auto per_layer = static_cast<std::size_t>(spec.layers) * static_cast<std::size_t>(spec.experts);
+  expect(o.expert_rank.empty() || o.expert_rank.size() == static_cast<std::size_t>(spec.experts) ||
+             o.expert_rank.size() == per_layer,
          "DisaggregatedOptions.expert_rank.size()", o.expert_rank.size(),
-         "0 (contiguous) or one F-rank per routed expert (" + std::to_string(spec.experts) + ")");
+         "0 (contiguous), one F-rank per routed expert (" + std::to_string(spec.experts) +
+             ") or one per layer and routed expert (" + std::to_string(per_layer) + ")");
   for (std::size_t e = 0; e < o.expert_rank.size(); ++e)
     expect(o.expert_rank[e] >= 0 && o.expert_rank[e] < o.ffn_ranks,
            "DisaggregatedOptions.expert_rank[" + std::to_string(e) + "]", o.expert_rank[e],
@@ -151,6 +156,16 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
          "a latency in [0, 1000) s");
   expect(o.executor.timeout.count() > 0, "DisaggregatedOptions.executor.timeout (ms)", o.executor.timeout.count(),
          "a positive deadline");
+}
+
+/// F-rank of expert `e` (routed, then shared) at layer `layer` under `o` (validated for
+/// `spec`): the placement, contiguous blocks without one, shared expert s on s mod N.
+[[nodiscard]] inline int expert_rank_of(const DisaggregatedOptions& o, const ModelSpec& spec, int layer, int e) {
+  const int n = o.ffn_ranks;
+  if (e >= spec.experts) return (e - spec.experts) % n;
+  if (o.expert_rank.empty()) return static_cast<int>(static_cast<std::int64_t>(e) * n / spec.experts);
+  const std::size_t row = o.expert_rank.size() == static_cast<std::size_t>(spec.experts) ? 0 : static_cast<std::size_t>(layer);
+  return o.expert_rank[row * static_cast<std::size_t>(spec.experts) + static_cast<std::size_t>(e)];
 }
 
 /// The schedule problem of `spec` (micro-batches of `spec.micro_batch` sequences) under

@@ -111,19 +111,21 @@ class DisaggregatedTrainer {
     }
     if (ranks_.colocated || !is_attention()) {
       ExpertStageLayout layout;
-      std::vector<int> ids;  // this F-rank's experts, ascending (routed, then shared)
-      for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e)
-        if (expert_rank_of(e) == index_) ids.push_back(e);
       for (int l : layers)
         if (spec_.is_moe_layer(l)) {
+          std::vector<int> ids;  // this F-rank's experts of layer l, ascending (routed, then shared)
+          for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e)
+            if (expert_rank_of(l, e) == index_) ids.push_back(e);
           layout.layers.push_back(l);
-          layout.experts.push_back(ids);
+          layout.experts.push_back(std::move(ids));
         }
       experts_.emplace(std::move(experts), spec_, std::move(layout), stage);
     }
     if (channel_) {
-      std::vector<std::int32_t> placement;
-      for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e) placement.push_back(expert_rank_of(e));
+      std::vector<std::vector<std::int32_t>> placement(static_cast<std::size_t>(spec_.layers));
+      for (int l = 0; l < spec_.layers; ++l)
+        for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e)
+          placement[static_cast<std::size_t>(l)].push_back(expert_rank_of(l, e));
       std::vector<bool> handed(static_cast<std::size_t>(spec_.layers));
       for (int l = 0; l < spec_.layers; ++l) handed[static_cast<std::size_t>(l)] = handed_off(l);
       exchange_.emplace(world_, ranks_, layer_worker_, handed, spec_, train_.micro_batches, std::move(placement),
@@ -296,12 +298,8 @@ class DisaggregatedTrainer {
 
   // ---- layout -----------------------------------------------------------------
 
-  /// F-rank of expert e (routed: the placement, or contiguous blocks; shared: e - E mod N).
-  int expert_rank_of(int e) const {
-    if (e >= spec_.experts) return (e - spec_.experts) % n_ranks_;
-    if (!options_.expert_rank.empty()) return options_.expert_rank[static_cast<std::size_t>(e)];
-    return static_cast<int>(static_cast<std::int64_t>(e) * n_ranks_ / spec_.experts);
-  }
+  /// F-rank of expert e at layer l (routed: the placement, or contiguous blocks; shared: e - E mod N).
+  int expert_rank_of(int l, int e) const { return runtime::expert_rank_of(options_, spec_, l, e); }
   /// World rank of rank `i` of schedule worker `w`.
   int world_rank(int w, int i) const { return ranks_.world_rank(w, i); }
   int attention_worker(int l) const { return layer_worker_[static_cast<std::size_t>(l)]; }
@@ -380,7 +378,8 @@ class DisaggregatedTrainer {
        << options_.policy.group_size << ' ' << options_.policy.max_in_flight << ' ' << train_.micro_batches << ' '
        << sequences_per_micro_batch_ << ' ' << spec_.layers << ' ' << spec_.hidden << ' ' << spec_.experts << ' '
        << spec_.shared_experts << ' ' << spec_.top_k << ' ' << spec_.seq_len << ' ' << spec_.vocab << ' ' << channel_;
-    for (int e = 0; e < spec_.experts; ++e) os << ' ' << expert_rank_of(e);
+    for (int l = 0; l < spec_.layers; ++l)
+      for (int e = 0; e < spec_.experts; ++e) os << ' ' << expert_rank_of(l, e);
     const std::string text = os.str();
     check_same_fingerprints<Transport, 2>(
         world_,
