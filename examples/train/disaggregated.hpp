@@ -13,6 +13,8 @@
 #include <disagmoe/runtime/byte_corpus.hpp>
 #include <disagmoe/runtime/colocated_trainer.hpp>
 #include <disagmoe/runtime/disaggregated_trainer.hpp>
+#include <disagmoe/runtime/expert_placement.hpp>
+#include <disagmoe/runtime/pipeline.hpp>
 #include <disagmoe/runtime/timeline.hpp>
 #include <disagmoe/schedule/simulator.hpp>
 #ifdef DISAGMOE_TRAIN_WITH_MPI
@@ -53,6 +55,9 @@ struct DisaggregatedArgs {
   double net_bandwidth = 0, net_latency = 0;  // emulated network (loopback), bytes/s and s
   int timeout_ms = 30000;
   std::string trace;
+  std::string placement = "contiguous";  // or correlated: fitted to the starting model's routing
+  int placement_batches = 8;             // batches of routing the correlated placement is fitted to
+  std::vector<int> expert_rank;          // filled by fit_placement
 };
 
 /// What a run needs from the program: the model, data and the trainer that holds the
@@ -101,6 +106,7 @@ inline rt::DisaggregatedOptions disaggregated_options(const DisaggregatedArgs& d
   o.policy.max_in_flight = d.max_in_flight;
   o.policy.fuse_combine_dispatch = !is_baseline(d) && !d.no_fuse;
   o.policy.m2n_uses_sms = false;  // CPU workers: no SMs to take
+  o.expert_rank = d.expert_rank;
   o.executor.timeout = std::chrono::milliseconds(d.timeout_ms);
   if (d.net_bandwidth > 0) o.bytes_per_second = d.net_bandwidth;
   o.latency_seconds = d.net_latency;
@@ -140,6 +146,17 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
   expect(d.net_bandwidth >= 0, "--net-bandwidth", d.net_bandwidth, "a rate >= 0 (0: unlimited)");
   expect(d.net_latency >= 0 && d.net_latency < 1e3, "--net-latency", d.net_latency, "seconds in [0, 1000)");
   expect(d.timeout_ms >= 1, "--timeout", d.timeout_ms, "a positive number of milliseconds");
+  expect(d.placement == "contiguous" || d.placement == "correlated", "--placement", d.placement,
+         "contiguous or correlated");
+  expect(d.placement_batches >= 1 && d.placement_batches <= 4096, "--placement-batches", d.placement_batches,
+         "an integer in [1, 4096]");
+  if (d.placement == "correlated") {
+    expect(d.schedule != "colocated", "--placement", d.placement, "contiguous with --schedule colocated (one worker)");
+    const int ranks = is_baseline(d) ? d.attention_ranks : d.ffn_ranks;
+    expect(spec.experts % ranks == 0, is_baseline(d) ? "--attention-ranks" : "--ffn-ranks", ranks,
+           "a divisor of --experts (" + std::to_string(spec.experts) + ") for --placement correlated: every rank "
+           "holds as many experts");
+  }
   if (d.schedule == "colocated")
     expect(d.transport == "loopback" && d.pairs == 0 && !d.check_reference && d.trace.empty() && d.net_bandwidth == 0 &&
                d.attention_ranks == 1 && d.ffn_ranks == 1 && d.exchange == "auto",
@@ -151,6 +168,25 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
     rt::validate(opt, spec, rt::world_size(opt));
     (void)rt::build_schedule(spec, opt, micro_batches);
   }
+}
+
+/// Fits `d.expert_rank` to how the starting model `full` routes `d.placement_batches`
+/// training batches of `batch` sequences (drawn with their own seed, so the training data
+/// stream is untouched); returns what it saves. Every MPI rank computes the same placement.
+inline rt::FittedPlacement fit_placement(DisaggregatedArgs& d, Colocated& full, const rt::ByteCorpus& corpus,
+                                         int batch, std::uint64_t seed) {
+  mo::Rng rng(mo::derive_seed(seed, 0x9A7C));
+  std::vector<std::int32_t> routing;
+  for (int i = 0; i < d.placement_batches; ++i) {
+    const rt::Batch b = corpus.sample_train(batch, rng);
+    const auto r = full.routing({b.inputs, b.targets, b.sequences});
+    routing.insert(routing.end(), r.begin(), r.end());
+  }
+  placement::CorrelatedPlacementOptions po;
+  po.threads = 1;  // the same placement on every rank and machine
+  auto fitted = rt::fit_expert_placement(full.spec(), routing, is_baseline(d) ? d.attention_ranks : d.ffn_ranks, po);
+  d.expert_rank = fitted.expert_rank;
+  return fitted;
 }
 
 /// max |a_i - b_i| / max |b_i| over two equally long sequences (0 when equal): the
@@ -171,13 +207,15 @@ inline std::vector<double> flat_parameters(Colocated& tr) {
   return out;
 }
 
-/// One rank's loop. `full` holds the starting state (read by every rank) and, on rank 0,
-/// receives the trained model; `data_rng` advances as the colocated loop's would.
-template <comm::transport Transport>
-void rank_loop(Transport& world, const RunInputs& in, const rt::DisaggregatedOptions& opt, Colocated& full,
-               mo::Rng data_rng, mo::Rng* final_rng, RunOutcome& out, const std::string& trace) {
-  using Trainer = rt::DisaggregatedTrainer<Attention, Experts, Transport>;
-  Trainer tr(Attention(in.spec, in.decoder), Experts(in.spec, in.decoder), in.spec, in.train, opt, world, in.stage);
+/// One rank's loop under the pipeline `Policy` names. `full` holds the starting state (read
+/// by every rank) and, on rank 0, receives the trained model; `data_rng` advances as the
+/// colocated loop's would.
+template <rt::executable_schedule Policy, comm::transport Transport>
+void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, const rt::DisaggregatedOptions& opt,
+               Colocated& full, mo::Rng data_rng, mo::Rng* final_rng, RunOutcome& out, const std::string& trace) {
+  using Trainer = rt::Pipeline<Policy, Attention, Experts, Transport>;
+  Trainer tr(policy, Attention(in.spec, in.decoder), Experts(in.spec, in.decoder), in.spec, in.train, opt, world,
+             in.stage);
   const rt::ParameterSet<float>* start[] = {&full.attention().parameters(), &full.experts().parameters()};
   tr.load_parameters(start);
   tr.set_steps(full.steps());
@@ -251,8 +289,10 @@ inline RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInput
     mo::Rng final_rng = data_rng;
     std::vector<RunOutcome> outs(static_cast<std::size_t>(size));
     host::run_ranks(world, [&](host::LoopbackTransport& t) {
-      rank_loop(t, in, opt, full, data_rng, t.rank() == 0 ? &final_rng : nullptr, outs[static_cast<std::size_t>(t.rank())],
-                d.trace);
+      rt::visit_schedule(opt, [&](const auto& policy) {
+        rank_loop(policy, t, in, opt, full, data_rng, t.rank() == 0 ? &final_rng : nullptr,
+                  outs[static_cast<std::size_t>(t.rank())], d.trace);
+      });
     });
     data_rng = final_rng;
     return std::move(outs[0]);
@@ -265,7 +305,9 @@ inline RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInput
                         : "a multiple of --attention-ranks + --ffn-ranks (" + std::to_string(group) +
                               "): p pairs of workers");
   const auto opt = disaggregated_options(d, world.size());
-  rank_loop(world, in, opt, full, data_rng, &data_rng, out, d.trace);
+  rt::visit_schedule(opt, [&](const auto& policy) {
+    rank_loop(policy, world, in, opt, full, data_rng, &data_rng, out, d.trace);
+  });
 #endif
   return out;
 }

@@ -370,9 +370,24 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
                   rt::StageOptions{a.seed, a.recompute});
       if (!a.resume.empty()) rt::load_checkpoint(a.resume, *ref);
     }
+    std::optional<json> placement;
+    dm::train_cli::DisaggregatedArgs d = a.d;
+    if (d.placement == "correlated" && train) {
+      const auto fitted = dm::train_cli::fit_placement(d, tr, *corpus, a.batch, a.seed);
+      placement = json{{"method", a.d.placement},
+                       {"fit_tokens", static_cast<std::int64_t>(a.d.placement_batches) * a.batch * spec.seq_len},
+                       {"rows_per_token_contiguous", fitted.rows_per_token_contiguous},
+                       {"rows_per_token", fitted.rows_per_token_fitted},
+                       {"expert_rank", fitted.expert_rank}};
+      if (!a.json_out && lead)
+        std::cout << "placement: correlated, fitted to the starting model's routing of " << (*placement)["fit_tokens"]
+                  << " tokens: " << std::setprecision(3) << fitted.rows_per_token_fitted
+                  << " send-once rows per token and MoE layer (contiguous: " << fitted.rows_per_token_contiguous
+                  << ")\n" << std::defaultfloat;
+    }
     const dm::train_cli::RunInputs in{spec, topt, dopt, rt::StageOptions{a.seed, a.recompute}, *corpus, a.batch,
                                       a.steps, a.json_out};
-    auto out = train ? dm::train_cli::train_disaggregated(a.d, in, tr, data_rng) : dm::train_cli::RunOutcome{};
+    auto out = train ? dm::train_cli::train_disaggregated(d, in, tr, data_rng) : dm::train_cli::RunOutcome{};
     if (!out.rank0) return 0;  // MPI: rank 0 reports and saves
     curve = std::move(out.curve);
     tokens = out.tokens;
@@ -389,6 +404,7 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
              {"step_seconds", mean(out.step_seconds)}, {"exposed_comm_seconds", mean(out.exposed_comm_seconds)},
              {"predicted_step_seconds", out.predicted_step_seconds},
              {"predicted_exposed_comm_seconds", out.simulated_exposed_comm_seconds}};
+    if (placement) dis["placement"] = *placement;
     if (ref) {
       std::vector<double> losses, ref_losses;
       while (ref->steps() < a.steps) {
@@ -562,6 +578,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   dis->add_flag("--check-reference", a.d.check_reference,
                 "also train the colocated reference on the same data and report max_rel_diff of losses and parameters");
+  dis->add_option("--placement", a.d.placement,
+                  "expert -> FFN rank per layer: contiguous blocks, or correlated (Expert Coupling: fitted to how the "
+                  "starting model routes --placement-batches training batches, co-selected experts together)")
+      ->capture_default_str();
+  dis->add_option("--placement-batches", a.d.placement_batches, "batches of routing --placement correlated fits")
+      ->capture_default_str();
   dis->add_option("--trace", a.d.trace, "Chrome trace of the last step: measured and simulated side by side")->check(kPath);
   return disagmoe::cli::run_main(app, argc, argv, [&] {
     disagmoe::expect(a.threads >= 1, "--threads", a.threads, "a positive integer");
