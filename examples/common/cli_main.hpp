@@ -83,13 +83,13 @@ inline void expect_finite_options(const CLI::App& app) {
 inline int report_exception(const std::string& name) {
   try {
     throw;
-  } catch (const ConfigError& e) {
-    std::cerr << name << ": error: " << e.what() << '\n';
-    return kExitBadInput;
-  } catch (const IoError& e) {
-    std::cerr << name << ": error: " << e.what() << '\n';
-    return kExitBadInput;
-  } catch (const TimeoutError& e) {  // a peer stopped or lost: the run's environment, not a bug
+  } catch (const SolverError& e) {  // the solver broke its own contract (a debug solution cut off): a bug
+    std::cerr << name << ": internal error: " << e.what() << " (a bug: please report it with the command line)\n";
+    return kExitInternal;
+  } catch (const Error& e) {
+    // Every other library error names a bad input or configuration, or an environment
+    // that failed the run (a peer stopped or died: TimeoutError, MpiError; a device or
+    // driver that refused: CudaError, NcclError), never a bug.
     std::cerr << name << ": error: " << e.what() << '\n';
     return kExitBadInput;
   } catch (const std::bad_alloc&) {

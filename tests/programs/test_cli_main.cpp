@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// The programs' one failure rule (examples/common/cli_main.hpp): every library error
+// that names a bad input or a failing environment exits 2, a solver that broke its own
+// contract or any other exception is a bug and exits 3; each prints one line.
+#include "common/cli_main.hpp"
+
+#include <doctest/doctest.h>
+
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace {
+
+// Exit code and stderr of report_exception() for `ex` thrown.
+template <class E>
+std::pair<int, std::string> report(const E& ex) {
+  std::ostringstream err;
+  auto* old = std::cerr.rdbuf(err.rdbuf());
+  int code = -1;
+  try {
+    throw ex;
+  } catch (...) {
+    code = disagmoe::cli::report_exception("prog");
+  }
+  std::cerr.rdbuf(old);
+  return {code, err.str()};
+}
+
+}  // namespace
+
+TEST_CASE("report_exception: input and environment errors exit 2, bugs exit 3, one line each") {
+  using namespace disagmoe;
+  const std::pair<int, std::string> cases[] = {
+      report(ConfigError("--x = 1: expected 2")), report(IoError("file: unreadable")),
+      report(TimeoutError("peer 3 silent")),     report(MpiError("MPI_Recv = truncated")),
+      report(CudaError("cudaMalloc = out of memory")), report(NcclError("ncclSend = remote error")),
+      report(std::bad_alloc())};
+  for (const auto& [code, text] : cases) {
+    CAPTURE(text);
+    CHECK(code == 2);
+    CHECK(text.rfind("prog: error: ", 0) == 0);
+    CHECK(text.find('\n') == text.size() - 1);
+  }
+  for (const auto& [code, text] : {report(SolverError("milp debug solution: cut off")), report(std::logic_error("x"))}) {
+    CAPTURE(text);
+    CHECK(code == 3);
+    CHECK(text.rfind("prog: internal error: ", 0) == 0);
+    CHECK(text.find("a bug: please report it") != std::string::npos);
+  }
+}
