@@ -6,10 +6,10 @@
 /// and thrown as MpiError naming the call; a receive whose size differs from its
 /// send is an IoError, as on the loopback transport.
 ///
-/// Deadlines: every collective the library issues (MPI_Init, communicator creation)
-/// is bounded by `collective_timeout()`; a peer that stops (SIGSTOP, a hung node)
-/// turns into a TimeoutError or, where MPI gives no way back (MPI_Init), into an exit
-/// with status 2 after one line on stderr. `Environment::fail_job` then ends the
+/// Deadlines: every collective the library issues (MPI_Init, communicator creation and
+/// release, MPI_Finalize) is bounded by `collective_timeout()`; a peer that stops (SIGSTOP, a hung node)
+/// turns into a TimeoutError or, where MPI gives no way back (MPI_Init, MPI_Comm_free,
+/// MPI_Finalize), into an exit with status 2 after one line on stderr. `Environment::fail_job` then ends the
 /// whole job with MPI_Abort on MPI_COMM_WORLD, so no rank waits for a dead peer in
 /// MPI_Finalize (MPI 4.0 §11.2: Finalize is collective over connected processes).
 #pragma once
@@ -97,8 +97,10 @@ class Environment {
   }
   Environment(const Environment&) = delete;
   Environment& operator=(const Environment&) = delete;
+  /// MPI_Finalize, bounded by collective_timeout(): a peer that stopped before it would
+  /// otherwise hold this rank forever (Finalize is collective).
   ~Environment() {
-    if (owned_) MPI_Finalize();
+    if (owned_) detail::with_watchdog("MPI_Finalize", collective_timeout(), [] { MPI_Finalize(); });
   }
 
   /// When false, fail_job returns instead of aborting (the caller ends the job itself).
@@ -335,8 +337,9 @@ class Transport {
     fail<MpiError>("MPI_Test", rc, "MPI_SUCCESS");
   }
 
-  void release() noexcept {
-    if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  void release() noexcept {  // MPI_Comm_free is collective: bounded as the others
+    if (owned_ && comm_ != MPI_COMM_NULL)
+      detail::with_watchdog("MPI_Comm_free", collective_timeout(), [this] { MPI_Comm_free(&comm_); });
     comm_ = MPI_COMM_NULL;
   }
 
