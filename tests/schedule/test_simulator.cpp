@@ -130,6 +130,26 @@ TEST_CASE("compute: fwd and bwd streams share the GPU; SM-using comm slows compu
     CHECK(r.timings[0].end == doctest::Approx(4.0));
     CHECK(r.workers[0].exposed_comm_seconds == doctest::Approx(1e4 - 4.0));
   }
+  {  // An RDMA-engine transfer takes rdma_sm_fraction, not comm_sm_fraction, on both ends.
+    auto s = two_workers(true);
+    s.network.comm_sm_fraction = 0.5;
+    s.network.rdma_sm_fraction = 0.25;
+    s.add(work(1, ds::Stream::kForward, 3.0));  // the receiving end
+    s.add(send(0, 1, 1e6));                     // uses_sms = false: RDMA
+    // 3 s of work at 0.75 while the 10000 s transfer runs: ends at 4 s.
+    CHECK(ds::simulate(s).timings[0].end == doctest::Approx(4.0));
+  }
+  {  // A kernel and an RDMA transfer at once (unordered comm): both shares are held.
+    auto s = two_workers(false);
+    s.network.comm_sm_fraction = 0.25;
+    s.network.rdma_sm_fraction = 0.25;
+    s.add(work(0, ds::Stream::kForward, 3.0));
+    auto k = send(0, 1, 1e6);
+    k.uses_sms = true;
+    s.add(k);
+    s.add(send(0, 1, 1e6));
+    CHECK(ds::simulate(s).timings[0].end == doctest::Approx(6.0));
+  }
 }
 
 TEST_CASE("memory: peak activation follows allocations and frees") {
