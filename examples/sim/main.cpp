@@ -228,9 +228,16 @@ int main(int argc, char** argv) {
     std::optional<ds::AfLayout> planned;
     bool planned_recompute = false;
     if (!af && !search_layout && af_mode) {
-      const auto pa = planned_allocation(m, c, cost, knobs);
-      planned = ds::af_layout(pa);
-      if (pa.recompute) planned_recompute = true;
+      try {
+        const auto pa = planned_allocation(m, c, cost, knobs);
+        planned = ds::af_layout(pa);
+        if (pa.recompute) planned_recompute = true;
+      } catch (const disagmoe::ConfigError& e) {
+        // No allocation fits the planner's memory model (the simulator's too): say so and
+        // let the simulator search, so that --compare still shows every schedule.
+        std::cerr << "disagmoe-sim: the planner found no allocation (" << e.what()
+                  << "); searching the A/F split instead\n";
+      }
     }
     std::vector<std::string> names;
     if (compare) {
