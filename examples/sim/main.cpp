@@ -14,6 +14,7 @@
 #include <disagmoe/plan/plan_json.hpp>
 #include <disagmoe/schedule/plan_oracle.hpp>
 #include <disagmoe/schedule/schedules.hpp>
+#include <disagmoe/schedule/side_metrics.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -51,8 +52,20 @@ json worker_json(const ds::Worker& w, const ds::WorkerMetrics& m) {
           {"peak_memory_bytes", m.peak_memory_bytes}};
 }
 
+json side_json(const ds::SideTime& t) {
+  return {{"gpus", t.gpus},
+          {"busy_seconds", t.busy_seconds},
+          {"exposed_comm_seconds", t.exposed_comm_seconds},
+          {"waiting_seconds", t.waiting_seconds}};
+}
+
 json result_json(const ds::Simulated& s, const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c) {
   const auto& r = s.result;
+  const ds::SideBreakdown sides = ds::side_breakdown(s.schedule, r);
+  json by_side = json::object();
+  if (sides.attention.gpus > 0) by_side["attention"] = side_json(sides.attention);
+  if (sides.ffn.gpus > 0) by_side["ffn"] = side_json(sides.ffn);
+  if (sides.colocated.gpus > 0) by_side["colocated"] = side_json(sides.colocated);
   json workers = json::array();
   for (std::size_t w = 0; w < s.schedule.workers.size(); ++w)
     workers.push_back(worker_json(s.schedule.workers[w], r.workers[w]));
@@ -77,6 +90,7 @@ json result_json(const ds::Simulated& s, const disagmoe::ModelSpec& m, const dis
           {"fits_memory", s.fits},
           {"deadlocked", r.deadlocked},
           {"workers", workers},
+          {"sides", by_side},
           {"ops", r.ops}};
 }
 
@@ -288,6 +302,16 @@ int main(int argc, char** argv) {
     std::printf("%-12s %-28s %10s %12s %7s %8s %10s %8s %7s\n", "schedule", "layout", "step ms", "tokens/s", "MFU",
                 "bubble", "exp.comm", "mem GB", "vs 1st");
     for (const auto& r : runs) print_row(r, head.result.step_seconds);
+    // Exposed communication apart from waiting on a peer (imbalance, fill and drain), per side.
+    std::printf("per side, mean seconds per GPU: busy / exposed comm / waiting (no compute, no transfer)\n");
+    for (const auto& r : runs) {
+      const ds::SideBreakdown b = ds::side_breakdown(r.schedule, r.result);
+      std::printf("%-12s", r.schedule.name.c_str());
+      for (const auto& [name, t] : {std::pair{"attention", b.attention}, {"ffn", b.ffn}, {"stages", b.colocated}})
+        if (t.gpus > 0)
+          std::printf("  %s %.3f / %.3f / %.3f", name, t.busy_seconds, t.exposed_comm_seconds, t.waiting_seconds);
+      std::printf("\n");
+    }
     if (head.result.deadlocked) std::cout << head.result.deadlock_report << '\n';
     return disagmoe::cli::kExitOk;
   });
