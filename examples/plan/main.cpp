@@ -39,6 +39,8 @@ void print_table(const plan::Plan& p) {
               p.allocation.groups, p.layer_groups.front().size(), e.stage_seconds * 1e3, e.step_seconds,
               e.tokens_per_second, std::string(plan::to_string(e.bottleneck)).c_str(), e.memory.capacity / 1e9,
               p.turning_point);
+  std::printf("comm kernels' SMs slow compute by %.3fx (attention) and %.3fx (FFN)\n", e.attention_sm_slowdown,
+              e.ffn_sm_slowdown);
   std::printf("search: MILP seed %.3f s -> %.3f s after %ld evaluations (gain %.3fx)\n", p.seed_step_seconds,
               p.step_seconds, p.evaluations, p.gain());
   std::printf("%s\n", p.explanation().c_str());
@@ -49,17 +51,26 @@ int main(int argc, char** argv) {
   CLI::App app{"Plan DisagMoE's attention/FFN split of GPUs and NICs for a model on a cluster.", "disagmoe-plan"};
   std::string model_arg, cluster_arg, svg_path;
   int seq_len = 0, micro_batch = 0, global_batch = 0;
-  bool json = false;
+  bool json = false, rdma_m2n = false;
+  double sm_fraction = 0;
   app.add_option("--model", model_arg, "a model preset name or a JSON file")->required();
   app.add_option("--cluster", cluster_arg, "a cluster preset, NAME:NODES, or a JSON file")->required();
   app.add_option("--seq-len", seq_len, "tokens per sequence (default: the model's)");
   app.add_option("--micro-batch", micro_batch, "sequences per micro-batch (default: the model's)");
   app.add_option("--global-batch", global_batch, "sequences per step (default: 4Mi tokens / seq-len)");
+  app.add_option("--sm-fraction", sm_fraction,
+                 "share of SMs comm kernels hold on both ends of a transfer (default: the cluster's "
+                 "kernel_comm_sm_fraction)");
+  app.add_flag("--rdma-m2n", rdma_m2n, "M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction)");
   app.add_flag("--json", json, "print one JSON object instead of the table");
   app.add_option("--svg", svg_path, "write the roofline chart (SVG) to this file");
   return cli::run_main(app, argc, argv, [&] {
     ModelSpec m = io::load_model(model_arg);
-    const ClusterSpec c = io::load_cluster(cluster_arg);
+    ClusterSpec c = io::load_cluster(cluster_arg);
+    if (app.count("--sm-fraction")) {
+      expect_finite_in("--sm-fraction", sm_fraction, 0, 1, true);
+      c.kernel_comm_sm_fraction = sm_fraction;
+    }
     if (app.count("--seq-len")) {
       expect_in("--seq-len", seq_len, 1, max_size::kSeqLen);
       m.seq_len = seq_len;
@@ -72,6 +83,7 @@ int main(int argc, char** argv) {
       expect(global_batch > 0, "--global-batch", global_batch, "a positive number of sequences");
     plan::PlanOptions o;
     o.global_batch = global_batch;
+    o.m2n_uses_sms = !rdma_m2n;
     const plan::AdaptiveAllocator allocator(m, c, o);
     const plan::Plan p = allocator.plan();
     if (!svg_path.empty()) {

@@ -12,7 +12,9 @@
 #include <disagmoe/io/svg_gantt.hpp>
 #include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/plan/plan_json.hpp>
+#include <disagmoe/schedule/plan_oracle.hpp>
 #include <disagmoe/schedule/schedules.hpp>
+#include <disagmoe/schedule/side_metrics.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -30,10 +32,11 @@ using nlohmann::json;
 
 namespace {
 
-// The planner's allocation (plan::AdaptiveAllocator: MILP seed + local search).
-ds::AfLayout planned_layout(const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c, int global_batch) {
-  const auto a = disagmoe::plan::AdaptiveAllocator(m, c, {.global_batch = global_batch}).plan().allocation;
-  return {a.groups, a.attention_gpus_per_node, a.ffn_gpus_per_node, a.attention_nics_per_node, a.ffn_nics_per_node};
+// The planner's allocation (plan::AdaptiveAllocator: MILP seed + local search) under the
+// options this run simulates with (batch, deduplication, M2N transport).
+disagmoe::plan::Allocation planned_allocation(const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c,
+                                              const ds::CostOptions& cost, const ds::PolicyKnobs& knobs) {
+  return disagmoe::plan::AdaptiveAllocator(m, c, ds::plan_options(cost, knobs)).plan().allocation;
 }
 
 json worker_json(const ds::Worker& w, const ds::WorkerMetrics& m) {
@@ -49,8 +52,20 @@ json worker_json(const ds::Worker& w, const ds::WorkerMetrics& m) {
           {"peak_memory_bytes", m.peak_memory_bytes}};
 }
 
+json side_json(const ds::SideTime& t) {
+  return {{"gpus", t.gpus},
+          {"busy_seconds", t.busy_seconds},
+          {"exposed_comm_seconds", t.exposed_comm_seconds},
+          {"waiting_seconds", t.waiting_seconds}};
+}
+
 json result_json(const ds::Simulated& s, const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c) {
   const auto& r = s.result;
+  const ds::SideBreakdown sides = ds::side_breakdown(s.schedule, r);
+  json by_side = json::object();
+  if (sides.attention.gpus > 0) by_side["attention"] = side_json(sides.attention);
+  if (sides.ffn.gpus > 0) by_side["ffn"] = side_json(sides.ffn);
+  if (sides.colocated.gpus > 0) by_side["colocated"] = side_json(sides.colocated);
   json workers = json::array();
   for (std::size_t w = 0; w < s.schedule.workers.size(); ++w)
     workers.push_back(worker_json(s.schedule.workers[w], r.workers[w]));
@@ -75,6 +90,7 @@ json result_json(const ds::Simulated& s, const disagmoe::ModelSpec& m, const dis
           {"fits_memory", s.fits},
           {"deadlocked", r.deadlocked},
           {"workers", workers},
+          {"sides", by_side},
           {"ops", r.ops}};
 }
 
@@ -91,9 +107,10 @@ void print_row(const ds::Simulated& s, double ref) {
 int main(int argc, char** argv) {
   CLI::App app{"Simulate one training step of AF-Pipe or a baseline schedule in virtual time", "disagmoe-sim"};
   std::string model = "deepseek-moe-16b", cluster = "h800x128", schedule = "afpipe", plan_file, trace, svg;
-  int seq_len = 0, micro_batches = 0, global_batch = 1024, micro_batch = 0, stages = 0;
+  int seq_len = 0, micro_batches = 0, global_batch = 0, micro_batch = 0, stages = 0;
   int groups = 0, attention_gpus = 0, ffn_gpus = 0, attention_nics = -1, ffn_nics = -1;
-  bool as_json = false, compare = false, no_dedup = false, search_layout = false;
+  bool as_json = false, compare = false, no_dedup = false, search_layout = false, rdma_m2n = false;
+  double sm_fraction = -1;
   ds::PolicyKnobs knobs;
   ds::CostOptions cost;
   app.add_option("--model", model, "model preset or JSON file")->capture_default_str();
@@ -107,8 +124,9 @@ int main(int argc, char** argv) {
   app.add_flag("--search-layout", search_layout, "AF-Pipe: search the A/F split with the simulator instead of the planner");
   app.add_option("--seq-len", seq_len, "tokens per sequence (default: the model's)");
   app.add_option("--micro-batch", micro_batch, "sequences per GPU micro-batch (default: the model's)");
-  app.add_option("--global-batch", global_batch, "sequences per step (sets micro-batches per schedule)")
-      ->capture_default_str();
+  app.add_option("--global-batch", global_batch,
+                 "sequences per step (sets micro-batches per schedule; default: the planner's, 4Mi tokens / seq-len, "
+                 "or the plan's with --plan)");
   app.add_option("--micro-batches", micro_batches, "pipeline micro-batches per step (overrides --global-batch)");
   app.add_option("--stages", stages, "pipeline stages of the baselines (default: best of 1,2,4,8,16)");
   app.add_option("--virtual-stages", knobs.virtual_stages, "model chunks per stage (interleaved, a2a-overlap, chunked)")
@@ -120,7 +138,11 @@ int main(int argc, char** argv) {
   app.add_option("--ffn-gpus", ffn_gpus, "AF-Pipe FFN GPUs per node");
   app.add_option("--attention-nics", attention_nics, "AF-Pipe attention NICs per node (default: proportional)");
   app.add_option("--ffn-nics", ffn_nics, "AF-Pipe FFN NICs per node (default: the rest)");
-  app.add_option("--sm-fraction", cost.comm_sm_fraction, "share of SMs a comm kernel takes")->capture_default_str();
+  app.add_option("--sm-fraction", sm_fraction,
+                 "share of SMs comm kernels (NCCL, DeepEP-like) hold on both ends of a transfer (default: the "
+                 "cluster's kernel_comm_sm_fraction)");
+  app.add_flag("--rdma-m2n", rdma_m2n,
+               "AF-Pipe's M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction) instead of kernels");
   app.add_flag("--no-dedup", no_dedup, "send one row per chosen expert instead of one per destination GPU");
   app.add_flag("--json", as_json, "print one JSON object");
   app.add_option("--trace", trace, "write the timeline as Chrome trace JSON (Perfetto)");
@@ -148,12 +170,33 @@ int main(int argc, char** argv) {
                "either --plan or --search-layout, not both");
 
     dz::ModelSpec m = dz::io::load_model(model);
-    const dz::ClusterSpec c = dz::io::load_cluster(cluster);
+    dz::ClusterSpec c = dz::io::load_cluster(cluster);
     if (app.count("--seq-len")) m.seq_len = seq_len;
-    if (app.count("--micro-batch")) m.micro_batch = micro_batch;
+    std::optional<dz::io::Json> plan_json;
+    if (!plan_file.empty()) {
+      plan_json = dz::io::read_json_file(plan_file);
+      // The plan's micro-batch and batch, unless given here (one conversion: the step the
+      // plan predicted is the step simulated).
+      auto take = [&](const char* key, const char* option, int& value) {
+        if (app.count(option) || !plan_json->is_object() || !plan_json->contains(key)) return;
+        dz::io::detail::read_value(plan_json->at(key), plan_file + ":$." + key, value);
+      };
+      take("micro_batch", "--micro-batch", micro_batch);
+      take("global_batch", "--global-batch", global_batch);
+    }
+    if (app.count("--micro-batch") || micro_batch != 0) m.micro_batch = micro_batch;
     dz::validate(m, "--model");
-    dz::expect_finite_in("--sm-fraction", cost.comm_sm_fraction, 0, 1, true);
-    dz::expect_in("--global-batch", global_batch, 1, std::numeric_limits<int>::max());
+    if (app.count("--sm-fraction")) {
+      // Below 1: compute under kernels that hold every SM would never finish.
+      dz::expect_finite_in("--sm-fraction", sm_fraction, 0, 1, true);
+      c.kernel_comm_sm_fraction = sm_fraction;
+    }
+    knobs.af_uses_sms = !rdma_m2n;
+    if (app.count("--global-batch") || global_batch != 0)
+      dz::expect_in(app.count("--global-batch") ? "--global-batch" : "--plan global_batch", global_batch, 1,
+                    std::numeric_limits<int>::max());
+    else
+      global_batch = disagmoe::plan::default_global_batch(m);
     dz::expect_in("--micro-batches", micro_batches, 0, std::numeric_limits<int>::max());
     dz::expect_in("--stages", stages, 0, c.gpus());
     if (app.count("--virtual-stages")) dz::expect_in("--virtual-stages", knobs.virtual_stages, 1, m.layers);
@@ -176,11 +219,10 @@ int main(int argc, char** argv) {
     cost.micro_batches = micro_batches;
     cost.dedup = !no_dedup;
     std::optional<ds::AfLayout> af;
-    if (!plan_file.empty()) {
+    if (plan_json) {
       // A plan is only valid for the model, cluster and sequence length it was made for.
-      const auto pa = dz::plan::allocation_from_json(dz::io::read_json_file(plan_file), m, c, plan_file + ":$");
-      af = ds::AfLayout{pa.groups, pa.attention_gpus_per_node, pa.ffn_gpus_per_node, pa.attention_nics_per_node,
-                        pa.ffn_nics_per_node};
+      const auto pa = dz::plan::allocation_from_json(*plan_json, m, c, plan_file + ":$");
+      af = ds::af_layout(pa);
       cost.memory.recompute = cost.memory.recompute || pa.recompute;
     }
     if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
@@ -198,7 +240,19 @@ int main(int argc, char** argv) {
       af = ds::AfLayout{groups, attention_gpus, ffn_gpus, c.nodes > 1 ? na : 0, c.nodes > 1 ? nf : 0};
     }
     std::optional<ds::AfLayout> planned;
-    if (!af && !search_layout && af_mode) planned = planned_layout(m, c, global_batch);
+    bool planned_recompute = false;
+    if (!af && !search_layout && af_mode) {
+      try {
+        const auto pa = planned_allocation(m, c, cost, knobs);
+        planned = ds::af_layout(pa);
+        if (pa.recompute) planned_recompute = true;
+      } catch (const disagmoe::ConfigError& e) {
+        // No allocation fits the planner's memory model (the simulator's too): say so and
+        // let the simulator search, so that --compare still shows every schedule.
+        std::cerr << "disagmoe-sim: the planner found no allocation (" << e.what()
+                  << "); searching the A/F split instead\n";
+      }
+    }
     std::vector<std::string> names;
     if (compare) {
       for (auto n : ds::kScheduleNames) names.emplace_back(n);
@@ -210,7 +264,9 @@ int main(int argc, char** argv) {
       try {
         if (n == "afpipe" && planned) {
           try {
-            runs.push_back(ds::simulate_best(n, m, c, cost, knobs, stages, planned));
+            ds::CostOptions pc = cost;  // the plan's recomputation, as planned_simulation sets it
+            pc.memory.recompute = pc.memory.recompute || planned_recompute;
+            runs.push_back(ds::simulate_best(n, m, c, pc, knobs, stages, planned));
             continue;
           } catch (const disagmoe::ConfigError& e) {
             // Every split the planner emits is a valid simulator layout (uneven experts per
@@ -246,6 +302,16 @@ int main(int argc, char** argv) {
     std::printf("%-12s %-28s %10s %12s %7s %8s %10s %8s %7s\n", "schedule", "layout", "step ms", "tokens/s", "MFU",
                 "bubble", "exp.comm", "mem GB", "vs 1st");
     for (const auto& r : runs) print_row(r, head.result.step_seconds);
+    // Exposed communication apart from waiting on a peer (imbalance, fill and drain), per side.
+    std::printf("per side, mean seconds per GPU: busy / exposed comm / waiting (no compute, no transfer)\n");
+    for (const auto& r : runs) {
+      const ds::SideBreakdown b = ds::side_breakdown(r.schedule, r.result);
+      std::printf("%-12s", r.schedule.name.c_str());
+      for (const auto& [name, t] : {std::pair{"attention", b.attention}, {"ffn", b.ffn}, {"stages", b.colocated}})
+        if (t.gpus > 0)
+          std::printf("  %s %.3f / %.3f / %.3f", name, t.busy_seconds, t.exposed_comm_seconds, t.waiting_seconds);
+      std::printf("\n");
+    }
     if (head.result.deadlocked) std::cout << head.result.deadlock_report << '\n';
     return disagmoe::cli::kExitOk;
   });

@@ -37,6 +37,8 @@ echo '{"allocation": {"groups": 4294967312, "attention_gpus_per_node": 4, "ffn_g
 echo '{"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0, "colour": "red"}' >"$d/plan_unknown.json"
 echo '{"model": "qwen3-235b-a22b", "cluster": "h100", "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_other_model.json"
 echo '{"model": "olmoe-1b-7b", "cluster": "mi300x", "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_other_cluster.json"
+echo '{"model": "olmoe-1b-7b", "cluster": "h100", "global_batch": -4, "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_bad_batch.json"
+echo '{"preset": "h100", "kernel_comm_sm_fraction": 1}' >"$d/cluster_all_sms.json"
 echo '{"groups": 1.5, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}' >"$d/plan_float.json"
 echo '{"groups": -1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}' >"$d/plan_negative.json"
 # A gzip bomb: 64 KiB that inflates to 256 MiB of one repeated MPS-looking line.

@@ -99,6 +99,7 @@ class Simulator {
     std::vector<int> compute;  // running compute ops
     int comm = 0;              // comm ops (latency or flow) touching the worker
     int sm_comm = 0;           // of which use SMs
+    int rdma_comm = 0;         // of which are RDMA transfers taxed by rdma_sm_fraction
     double mark = 0;
     WorkerMetrics m;
     double mem = 0;
@@ -162,16 +163,19 @@ class Simulator {
       return;
     }
     if (o.uses < 0) return instant(id);
+    const bool rdma = !op.uses_sms && s_.network.rdma_sm_fraction > 0;
     touch(op.worker);
     ++wk.comm;
     if (op.uses_sms) ++wk.sm_comm;
+    if (rdma) ++wk.rdma_comm;
     if (op.peer != op.worker) {
       touch(op.peer);
       auto& pk = ws_[static_cast<std::size_t>(op.peer)];
       ++pk.comm;
       if (op.uses_sms) ++pk.sm_comm;
+      if (rdma) ++pk.rdma_comm;
     }
-    if (op.uses_sms) {
+    if (op.uses_sms || rdma) {
       rerate_compute(op.worker);
       if (op.peer != op.worker) rerate_compute(op.peer);
     }
@@ -213,7 +217,8 @@ class Simulator {
   void rerate_compute(int w) {
     const auto& k = ws_[static_cast<std::size_t>(w)];
     const double share = k.compute.empty() ? 0 : 1.0 / static_cast<double>(k.compute.size());
-    const double slow = k.sm_comm > 0 ? 1.0 - s_.network.comm_sm_fraction : 1.0;
+    double slow = k.sm_comm > 0 ? 1.0 - s_.network.comm_sm_fraction : 1.0;
+    if (k.rdma_comm > 0) slow -= s_.network.rdma_sm_fraction;
     for (int id : k.compute) {
       advance(id);
       auto& o = st_[static_cast<std::size_t>(id)];
@@ -263,21 +268,24 @@ class Simulator {
         rerate_compute(op.worker);
       }
     } else if (o.uses >= 0) {
+      const bool rdma = !op.uses_sms && s_.network.rdma_sm_fraction > 0;
       touch(op.worker);
       --wk.comm;
       if (op.uses_sms) --wk.sm_comm;
+      if (rdma) --wk.rdma_comm;
       if (op.peer != op.worker) {
         touch(op.peer);
         auto& pk = ws_[static_cast<std::size_t>(op.peer)];
         --pk.comm;
         if (op.uses_sms) --pk.sm_comm;
+        if (rdma) --pk.rdma_comm;
       }
       for (const auto& u : uses_of(id)) {
         auto& f = flows_on_[static_cast<std::size_t>(u.resource)];
         f.erase(std::remove(f.begin(), f.end(), id), f.end());
       }
       rerate_flows(uses_of(id));
-      if (op.uses_sms) {
+      if (op.uses_sms || rdma) {
         rerate_compute(op.worker);
         if (op.peer != op.worker) rerate_compute(op.peer);
       }

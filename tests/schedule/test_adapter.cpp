@@ -103,7 +103,7 @@ TEST_CASE("searches pick a runnable layout; the step-time oracle is finite exact
 TEST_CASE("the simulator is a plan::step_time_oracle: same value as a direct simulation, inf when invalid") {
   static_assert(dp::step_time_oracle<ds::SimulatedStepTime>);
   const auto [m, c, o] = ds::test::small_setting();
-  const ds::SimulatedStepTime oracle(m, c, o);
+  const ds::SimulatedStepTime oracle(m, c, ds::plan_options(o, {}));
   dp::Allocation a;
   a.groups = 2;
   a.attention_gpus_per_node = 4;

@@ -83,6 +83,7 @@ ds::Schedule random_graph(std::mt19937_64& rng, bool cyclic) {
   const int nw = 2 + static_cast<int>(rng() % 4);
   s.workers = random_workers(rng, nw, ds::Role::kColocated);
   s.network = {0.01 * static_cast<double>(rng() % 3), 0.001, rng() % 2 ? 0.15 : 0.0};
+  s.network.rdma_sm_fraction = rng() % 2 ? 0.05 : 0.0;  // RDMA transfers' share too
   s.tokens_per_step = 1000;
   s.flops_per_step = 1e13;
   const int n = 20 + static_cast<int>(rng() % 200);
@@ -124,6 +125,7 @@ ds::Problem random_problem(std::mt19937_64& rng, int p, bool af) {
     pb.workers = random_workers(rng, p, ds::Role::kColocated);
   }
   pb.network = {0.01, 0.001, rng() % 2 ? 0.15 : 0.0};
+  pb.network.rdma_sm_fraction = rng() % 2 ? 0.05 : 0.0;
   pb.micro_batches = 2 * p + static_cast<int>(rng() % 6);
   pb.tokens_per_micro_batch = 100;
   pb.flops_per_micro_batch = 1e12;

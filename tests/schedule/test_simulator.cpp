@@ -130,6 +130,26 @@ TEST_CASE("compute: fwd and bwd streams share the GPU; SM-using comm slows compu
     CHECK(r.timings[0].end == doctest::Approx(4.0));
     CHECK(r.workers[0].exposed_comm_seconds == doctest::Approx(1e4 - 4.0));
   }
+  {  // An RDMA-engine transfer takes rdma_sm_fraction, not comm_sm_fraction, on both ends.
+    auto s = two_workers(true);
+    s.network.comm_sm_fraction = 0.5;
+    s.network.rdma_sm_fraction = 0.25;
+    s.add(work(1, ds::Stream::kForward, 3.0));  // the receiving end
+    s.add(send(0, 1, 1e6));                     // uses_sms = false: RDMA
+    // 3 s of work at 0.75 while the 10000 s transfer runs: ends at 4 s.
+    CHECK(ds::simulate(s).timings[0].end == doctest::Approx(4.0));
+  }
+  {  // A kernel and an RDMA transfer at once (unordered comm): both shares are held.
+    auto s = two_workers(false);
+    s.network.comm_sm_fraction = 0.25;
+    s.network.rdma_sm_fraction = 0.25;
+    s.add(work(0, ds::Stream::kForward, 3.0));
+    auto k = send(0, 1, 1e6);
+    k.uses_sms = true;
+    s.add(k);
+    s.add(send(0, 1, 1e6));
+    CHECK(ds::simulate(s).timings[0].end == doctest::Approx(6.0));
+  }
 }
 
 TEST_CASE("memory: peak activation follows allocations and frees") {
@@ -202,4 +222,36 @@ TEST_CASE("stream orders that do not list every op once on its own stream are Co
     const std::string field = "Schedule.ops[1].stream = " + std::to_string(bad);
     CHECK_THROWS_WITH_AS(ds::validate(stream), doctest::Contains(field.c_str()), disagmoe::ConfigError);
   }
+}
+
+#include <disagmoe/schedule/side_metrics.hpp>
+
+TEST_CASE("side breakdown: busy, exposed communication and waiting on a peer, per side, by hand") {
+  // A computes 1 s, sends 100 B at 100 B/s (1 s), F computes 2 s on it: step 4 s.
+  // A: busy 1, exposed 1 (its send moves bytes, nothing to compute), waiting 2 (F computes).
+  // F: waiting 1 (A computes), exposed 1 (the receive), busy 2.
+  auto s = two_workers(true);
+  s.workers[0].role = ds::Role::kAttention;
+  s.workers[1].role = ds::Role::kFfn;
+  s.workers[1].gpus = 3;  // per-GPU means: the group size must not weigh in
+  s.workers[1].nodes = 3;
+  const int a = s.add(work(0, ds::Stream::kForward, 1.0));
+  auto c = send(0, 1, 100);
+  c.deps = {a};
+  const int ci = s.add(c);
+  auto f = work(1, ds::Stream::kForward, 2.0);
+  f.deps = {ci};
+  s.add(f);
+  const auto r = ds::simulate(s);
+  REQUIRE(r.step_seconds == doctest::Approx(4.0));
+  const auto b = ds::side_breakdown(s, r);
+  CHECK(b.attention.gpus == 1);
+  CHECK(b.attention.busy_seconds == doctest::Approx(1.0));
+  CHECK(b.attention.exposed_comm_seconds == doctest::Approx(1.0));
+  CHECK(b.attention.waiting_seconds == doctest::Approx(2.0));
+  CHECK(b.ffn.gpus == 3);
+  CHECK(b.ffn.busy_seconds == doctest::Approx(2.0));
+  CHECK(b.ffn.exposed_comm_seconds == doctest::Approx(1.0));
+  CHECK(b.ffn.waiting_seconds == doctest::Approx(1.0));
+  CHECK(b.colocated.gpus == 0);
 }

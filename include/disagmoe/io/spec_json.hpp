@@ -74,7 +74,9 @@ constexpr auto fields<ClusterSpec>() {
                     Field{"gpu", &C::gpu}, Field{"intra_node_bandwidth", &C::intra_node_bandwidth},
                     Field{"intra_node_latency", &C::intra_node_latency},
                     Field{"nics_per_node", &C::nics_per_node}, Field{"nic_bandwidth", &C::nic_bandwidth},
-                    Field{"nic_latency", &C::nic_latency}};
+                    Field{"nic_latency", &C::nic_latency},
+                    Field{"kernel_comm_sm_fraction", &C::kernel_comm_sm_fraction},
+                    Field{"rdma_comm_sm_fraction", &C::rdma_comm_sm_fraction}};
 }
 
 inline std::string type_name(const Json& j) { return j.type_name(); }

@@ -55,10 +55,15 @@ struct PlanOptions {
   /// multiple of micro_batch (at least one micro-batch).
   int global_batch = 0;
   Efficiency efficiency{};                       ///< achievable fractions of peak (cost_model.hpp)
-  MemoryOptions memory{.zero1 = true};           ///< state format (ZeRO-1 on, as Megatron's distributed optimizer); `recompute` is set per allocation
+  MemoryOptions memory = kDefaultMemory;         ///< state format (ZeRO-1 on, as Megatron's distributed optimizer); `recompute` is set per allocation
   RecomputePolicy recompute = RecomputePolicy::kAuto;
   bool dedup = true;                             ///< send each token once per destination F GPU
-  double memory_fraction = 0.9;                  ///< usable share of HBM (allocator workspace, fragmentation)
+  double memory_fraction = kDefaultMemoryFraction;  ///< usable share of HBM (allocator workspace, fragmentation)
+  /// The M2N/N2M transport between A and F workers: true = GPU kernels (NCCL / NVSHMEM,
+  /// DeepEP-like: ClusterSpec::kernel_comm_sm_fraction of the SMs on both ends while a
+  /// transfer is active), false = an RDMA engine (ClusterSpec::rdma_comm_sm_fraction).
+  /// Pipeline hand-offs and gradient all-reduces are NCCL kernels either way.
+  bool m2n_uses_sms = true;
   int max_groups = 0;                            ///< upper bound on p; 0 = layers
 };
 
@@ -66,12 +71,34 @@ struct PlanOptions {
 /// larger models (Brown et al. 2020, Table 2.1: 3.2M tokens) rounded to a power of two.
 inline constexpr std::int64_t kDefaultBatchTokens = std::int64_t{1} << 22;
 
-/// Sequences per step: o.global_batch, or the kDefaultBatchTokens default.
-inline int global_batch_of(const PlanOptions& o, const ModelSpec& m) {
-  if (o.global_batch != 0) return o.global_batch;
+/// The default sequences per step of model `m` (its seq_len and micro_batch):
+/// kDefaultBatchTokens / seq_len rounded down to a multiple of micro_batch, at least one
+/// micro-batch. The one default of the planner, the simulator (schedule::CostOptions)
+/// and both programs. O(1).
+inline int default_global_batch(const ModelSpec& m) {
   const std::int64_t seqs = kDefaultBatchTokens / std::max(1, m.seq_len);
   const std::int64_t mb = std::max(1, m.micro_batch);
   return int(std::max<std::int64_t>(mb, seqs / mb * mb));
+}
+
+/// Sequences per step: o.global_batch, or default_global_batch(m).
+inline int global_batch_of(const PlanOptions& o, const ModelSpec& m) {
+  return o.global_batch != 0 ? o.global_batch : default_global_batch(m);
+}
+
+/// AF-Pipe's ping-pong group (micro-batches per group, schedule::AFPipe::group_size) for
+/// p pairs and `waves` pipeline micro-batches per step (one micro-batch on every GPU of
+/// an A group each): min(waves, 2p), enough that each of the 2p workers of the ring has
+/// a micro-batch while the others' are in flight (MegaScale-Infer's ping-pong, DisagMoE
+/// AF-Pipe). The planner's memory model and the simulated schedule both use it. O(1).
+constexpr int af_group_size(int p, int waves) { return std::max(1, std::min(waves, 2 * p)); }
+
+/// Pipeline micro-batches AF-Pipe keeps alive at once (schedule::AFPipe::max_in_flight):
+/// two groups, so that one group's forward overlaps the previous group's backward,
+/// at most `waves`: min(waves, 2 · af_group_size) = min(waves, 4p). Each holds its
+/// activations on every layer of a worker until its weight gradient. O(1).
+constexpr double af_in_flight(int p, double waves) {
+  return std::min(waves, 2.0 * af_group_size(p, int(std::max(1.0, std::floor(waves)))));
 }
 
 /// Throws ConfigError naming the first bad field.
@@ -124,11 +151,30 @@ struct StepEstimate {
   double step_seconds = 0;      ///< predicted optimizer step
   double tokens_per_second = 0; ///< global_batch × seq_len / step_seconds
   double waves = 0;             ///< W = micro-batches per step / A group size
+  /// Compute slow-down of the slowest pair's A and F workers from the SMs their M2N
+  /// kernels hold (comm_sm_slowdown; 1 with an RDMA engine that takes none). The step
+  /// time, round trip and bottleneck use the compute seconds × these; bound_seconds and
+  /// the four busy times above do not (they are the MILP's objective, kept separable).
+  double attention_sm_slowdown = 1;
+  double ffn_sm_slowdown = 1;
   bool ring_bound = false;      ///< too few waves to fill the ring: rounds × R > busy time
   Bottleneck bottleneck = Bottleneck::kAttention;
   FitReport memory;             ///< largest A and F worker
   [[nodiscard]] bool fits() const { return memory.fits(); }
 };
+
+/// Factor by which a worker's compute slows down when comm kernels hold a `fraction` of
+/// its SMs while its transfers are active: 1 / (1 − fraction · u), u = the share of its
+/// compute time that overlaps a transfer. In AF-Pipe's steady state a worker's link
+/// is busy `link_seconds` per micro-batch in each direction at once (dispatch and return
+/// of different micro-batches overlap), out of a period of `busy_seconds` per
+/// micro-batch (the bottleneck's busy time), so u = min(1, link / busy): the simulator
+/// (schedule/simulator.hpp) applies the fraction exactly while a transfer touches the
+/// worker, and this is its time average. fraction = 0 gives 1. O(1).
+inline double comm_sm_slowdown(double fraction, double link_seconds, double busy_seconds) {
+  if (fraction <= 0 || link_seconds <= 0 || busy_seconds <= 0) return 1;
+  return 1 / (1 - fraction * std::min(1.0, link_seconds / busy_seconds));
+}
 
 /// The analytic step-time and memory model of DisagMoE allocations for one model,
 /// cluster and option set. Construction precomputes per-layer costs (O(layers));
@@ -247,16 +293,17 @@ class AnalyticModel {
     return double(c_.nodes) * nics_per_node / p * c_.nic_bandwidth * o_.efficiency.network;
   }
 
-  /// Micro-batches whose activations one A worker keeps: min(W, 2p) with W =
-  /// micro-batches / A group size, the pipeline depth in compute stages (1F1B bounds
-  /// the in-flight micro-batches by the depth: Narayanan et al. 2021 §2.2).
+  /// Micro-batches whose activations one A worker keeps: af_in_flight(p, W) =
+  /// min(W, 4p) with W = micro-batches / A group size — the window of the AF-Pipe
+  /// schedule the plan is simulated with (two ping-pong groups of 2p), so a plan that
+  /// fits here fits in the simulator.
   [[nodiscard]] double attention_in_flight(int p, int a) const {
-    return std::min(double(micro_batches_) / group_size(p, a), 2.0 * p);
+    return af_in_flight(p, double(micro_batches_) / group_size(p, a));
   }
   /// Micro-batches in flight through a pair: A group size × attention_in_flight =
-  /// min(micro-batches, 2 · nodes · a) — it depends on a only.
+  /// min(micro-batches, 4 · nodes · a) — it depends on a only (W ≥ 1 for a valid a).
   [[nodiscard]] double pair_in_flight(int a) const {
-    return std::min(double(micro_batches_), 2.0 * c_.nodes * a);
+    return std::min(double(micro_batches_), 4.0 * c_.nodes * a);
   }
   /// Largest A worker over the pairs for p pairs, a A GPUs per node. O(layers).
   [[nodiscard]] MemoryBytes attention_memory(int p, int a, bool rc) const {
@@ -368,6 +415,13 @@ class AnalyticModel {
     const double grad_bytes = this->grad_bytes();
     const double mb = micro_batches_, rows = moe_rows(gf), t = double(m_.tokens_per_micro_batch());
     const double share = double((m_.experts + gf - 1) / gf) / m_.experts;
+    // SMs the M2N kernels hold on both ends (ClusterSpec, per transport).
+    const double sm = o_.m2n_uses_sms ? c_.kernel_comm_sm_fraction : c_.rdma_comm_sm_fraction;
+    struct PairTimes {
+      double a, f, na, nf, ar_a, ar_f, layers;
+    };
+    std::vector<PairTimes> pairs;
+    pairs.reserve(static_cast<std::size_t>(p));
     double busy = 0;
     for (int i = 0; i < p; ++i) {
       double ta = 0, tf = 0, bytes = 0, params_a = edge_params(p, i), params_f = 0;
@@ -395,23 +449,46 @@ class AnalyticModel {
         e.attention_network_seconds = na + ar_a;
         e.ffn_network_seconds = nf + ar_f;
       }
-      // Round trip of one wave through this pair, per layer: A, A→F, F, F→A.
-      const double per_layer = double(ga) / double(groups[i].size());
-      e.round_seconds += per_layer * (a + f + 2 * std::max(na, nf)) + 2 * latency;
+      pairs.push_back({a, f, na, nf, ar_a, ar_f, double(groups[i].size())});
     }
     e.bound_seconds = busy;
-    if (busy == e.attention_seconds) e.bottleneck = Bottleneck::kAttention;
-    else if (busy == e.ffn_seconds) e.bottleneck = Bottleneck::kFfn;
-    else e.bottleneck = Bottleneck::kNetwork;
+    // Compute slowed by the SMs the M2N kernels hold, over the untaxed period `busy`
+    // (a one-step fixed point: the taxed period is at most 1/(1 − sm) longer).
+    double taxed = 0;
+    for (const PairTimes& q : pairs) {
+      const double link = kCommOverlap * std::max(q.na, q.nf);
+      const double sa = comm_sm_slowdown(sm, link, busy), sf = comm_sm_slowdown(sm, link, busy);
+      const double a = q.a * sa, f = q.f * sf;
+      const double pair_busy = std::max({a, f, q.na + q.ar_a, q.nf + q.ar_f});
+      if (pair_busy > taxed) {
+        taxed = pair_busy;
+        e.attention_sm_slowdown = sa;
+        e.ffn_sm_slowdown = sf;
+        e.bottleneck = pair_busy == a ? Bottleneck::kAttention : pair_busy == f ? Bottleneck::kFfn : Bottleneck::kNetwork;
+      }
+      // Round trip of one wave through this pair, per layer: A, A→F, F, F→A.
+      const double per_layer = double(ga) / q.layers;
+      e.round_seconds += per_layer * (a + f + 2 * std::max(q.na, q.nf)) + 2 * latency;
+    }
     const double rounds = std::ceil(double(m_.layers) / p);
     e.waves = mb / ga;
-    e.stage_seconds = busy * ga / rounds;
-    e.ring_bound = rounds * e.round_seconds > mb * busy;
-    e.step_seconds = std::max(mb * busy, rounds * e.round_seconds) + std::max(0.0, e.round_seconds - e.stage_seconds);
+    // Only af_in_flight waves circulate at once (the schedule's window): W waves need
+    // W / N trips of rounds × R each (X <= N / (rounds R), Lazowska et al. §5.2).
+    const double trips = e.waves / attention_in_flight(p, x.attention_gpus_per_node);
+    e.stage_seconds = taxed * ga / rounds;
+    e.ring_bound = trips * rounds * e.round_seconds > mb * taxed;
+    e.step_seconds = std::max(mb * taxed, trips * rounds * e.round_seconds) +
+                     std::max(0.0, e.round_seconds - e.stage_seconds);
     e.tokens_per_second = double(o_.global_batch) * m_.seq_len / e.step_seconds;
     e.memory = memory(x);
     return e;
   }
+
+  /// Share of a transfer's active time during which it holds its SMs, relative to the
+  /// slower side's link time: consecutive micro-batches' transfers overlap, so the union
+  /// of a worker's active transfers is shorter than their sum; 0.8 matches the simulator
+  /// over the planner's allocations on the test grid (tests/schedule/test_plan_sim.cpp).
+  static constexpr double kCommOverlap = 0.8;
 
   /// "p=4 A=3/node(4 NIC) F=5/node(4 NIC) recompute=off" for messages.
   [[nodiscard]] std::string describe_allocation(const Allocation& x) const {

@@ -292,6 +292,17 @@ struct MemoryOptions {
   bool flash_attention = true;
 };
 
+/// The training state both the planner and the simulator assume unless told otherwise:
+/// bf16 weights and gradients, 12 bytes of Adam state per parameter, ZeRO-1 (optimizer
+/// states sharded over each parameter's data-parallel group, as Megatron-Core's
+/// distributed optimizer does), FlashAttention, no recomputation (chosen per allocation).
+/// plan::PlanOptions and schedule::CostOptions both default to this one value.
+inline constexpr MemoryOptions kDefaultMemory{.zero1 = true};
+
+/// Usable share of HBM by default (allocator workspace, fragmentation, comm buffers),
+/// the planner's and the simulator's alike.
+inline constexpr double kDefaultMemoryFraction = 0.9;
+
 /// Bytes of one worker, by kind.
 struct MemoryBytes {
   double parameters = 0;   ///< weights in the compute dtype

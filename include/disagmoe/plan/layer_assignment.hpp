@@ -55,10 +55,21 @@ inline MemoryBytes attention_worker_memory(const ModelSpec& m, const WorkerLoad&
   return b;
 }
 
+/// The busiest F GPU's share of an MoE layer's routed token-expert pairs over the even
+/// share 1/g when the E experts are spread over g GPUs: it holds ceil(E/g) experts, so
+/// under uniform routing it computes and stores ceil(E/g)·g/E times the mean (1 when g
+/// divides E). The planner and the simulator (schedule/cost_adapter.hpp) both charge the
+/// F side's activations by it. Precondition: g >= 1 (ConfigError otherwise). O(1).
+inline double ffn_busiest_share(const ModelSpec& m, int g) {
+  expect(g >= 1, "ffn_group_size", g, "a positive integer");
+  return double((m.experts + g - 1) / g) * g / m.experts;
+}
+
 /// Bytes of one F worker: ceil(E / group) routed experts per MoE layer (expert
 /// parallel: not replicated, so ZeRO-1 cannot shard their optimizer states), the
 /// shared experts and dense FFNs (replicated over the F group, ZeRO-1 over it), and
-/// the activations of 1/group of the tokens of `ffn_in_flight` micro-batches. O(layers).
+/// the activations of 1/group of the tokens of `ffn_in_flight` micro-batches (of the
+/// busiest GPU's share, ffn_busiest_share, on MoE layers). O(layers).
 inline MemoryBytes ffn_worker_memory(const ModelSpec& m, const WorkerLoad& w, const MemoryOptions& o) {
   const int g = w.ffn_group_size;
   expect(g >= 1, "ffn_group_size", g, "a positive integer");
@@ -74,7 +85,9 @@ inline MemoryBytes ffn_worker_memory(const ModelSpec& m, const WorkerLoad& w, co
   MemoryBytes b = state_bytes(m, own, 1, o);
   b += state_bytes(m, replicated, g, o);
   const DispatchOptions d{g, true, 0};
-  for (int l : w.layers) b.activations += ffn_activation_bytes(m, l, o, d) * w.ffn_in_flight / g;
+  const double busiest = ffn_busiest_share(m, g);
+  for (int l : w.layers)
+    b.activations += ffn_activation_bytes(m, l, o, d) * w.ffn_in_flight / g * (m.is_moe_layer(l) ? busiest : 1.0);
   return b;
 }
 

@@ -70,7 +70,9 @@ inline io::Json to_json(const Plan& p) {
                     {"attention_seconds", e.attention_seconds},
                     {"ffn_seconds", e.ffn_seconds},
                     {"attention_network_seconds", e.attention_network_seconds},
-                    {"ffn_network_seconds", e.ffn_network_seconds}};
+                    {"ffn_network_seconds", e.ffn_network_seconds},
+                    {"attention_sm_slowdown", e.attention_sm_slowdown},
+                    {"ffn_sm_slowdown", e.ffn_sm_slowdown}};
   j["memory_bytes"] = {{"attention_worker", e.memory.attention_worker.total()},
                        {"ffn_worker", e.memory.ffn_worker.total()},
                        {"capacity", e.memory.capacity}};

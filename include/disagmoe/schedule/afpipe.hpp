@@ -38,7 +38,11 @@ struct AFPipe {
   int group_size = 0;                ///< micro-batches per ping-pong group; 0: min(m, 4p)
   int max_in_flight = 0;             ///< micro-batches alive at once; 0: 2 × group_size
   bool fuse_combine_dispatch = true; ///< stage alignment: F_l → A_{l+1} in one transfer
-  bool m2n_uses_sms = true;          ///< M2N/N2M kernels occupy SMs (false: RDMA engine)
+  /// M2N/N2M transfers (dispatch, return, stage-aligned combine+dispatch) run as GPU
+  /// kernels holding Network::comm_sm_fraction of the SMs on both ends; false: over an
+  /// RDMA engine (Network::rdma_sm_fraction). Pipeline hand-offs between A workers and
+  /// gradient all-reduces are NCCL kernels either way, as in every baseline.
+  bool m2n_uses_sms = true;
 
   [[nodiscard]] Schedule build(const Problem& pb) const {
     validate(pb);
@@ -112,7 +116,7 @@ struct AFPipe {
       o.bytes = bytes;
       o.rx_scale = rx_scale;
       o.backward = bwd;
-      o.uses_sms = m2n_uses_sms;
+      o.uses_sms = (k == OpKind::kSend || k == OpKind::kAllReduce) || m2n_uses_sms;
       o.deps = std::move(deps);
       return s.add(std::move(o));
     };

@@ -10,6 +10,8 @@
 
 #include <disagmoe/error.hpp>
 #include <disagmoe/plan/cost_model.hpp>
+#include <disagmoe/plan/layer_assignment.hpp>
+#include <disagmoe/plan/allocation.hpp>
 #include <disagmoe/schedule/problem.hpp>
 #include <disagmoe/spec/cluster_spec.hpp>
 #include <disagmoe/spec/model_size.hpp>
@@ -23,16 +25,34 @@
 namespace disagmoe::schedule {
 
 /// Knobs of the cost adapter; every factor explicit.
+/// The defaults are the planner's (plan::PlanOptions): the same batch, training state
+/// and usable HBM, so a plan and its simulation price the same step. The SMs comm
+/// kernels take are the cluster's (ClusterSpec::kernel_comm_sm_fraction and
+/// rdma_comm_sm_fraction), as in the planner.
 struct CostOptions {
-  plan::Efficiency efficiency{};   ///< fractions of peak FLOP/s and link bandwidth
-  plan::MemoryOptions memory{};    ///< gradient/optimizer bytes, recomputation
-  bool dedup = true;               ///< send each token once per destination GPU
-  /// SMs taken by NCCL/DeepEP comm kernels: DeepSeek-V3 report §3.2.2, 20 of 132 H800 SMs.
-  double comm_sm_fraction = 20.0 / 132.0;
-  int global_batch = 1024;         ///< sequences per optimizer step (the planner's default)
-  int micro_batches = 0;           ///< pipeline micro-batches per step; 0: derived from global_batch
-  double memory_fraction = 0.9;    ///< usable share of HBM when judging whether a layout fits
+  plan::Efficiency efficiency{};              ///< fractions of peak FLOP/s and link bandwidth
+  plan::MemoryOptions memory = plan::kDefaultMemory;  ///< gradient/optimizer bytes, ZeRO-1, recomputation
+  bool dedup = true;                          ///< send each token once per destination GPU
+  /// Sequences per optimizer step; 0: plan::default_global_batch (4 Mi tokens / seq_len).
+  int global_batch = 0;
+  int micro_batches = 0;                      ///< pipeline micro-batches per step; 0: derived from global_batch
+  double memory_fraction = plan::kDefaultMemoryFraction;  ///< usable share of HBM when judging whether a layout fits
 };
+
+/// Sequences per step under `o` for model `m`: o.global_batch, or the planner's default.
+inline int global_batch_of(const ModelSpec& m, const CostOptions& o) {
+  return o.global_batch != 0 ? o.global_batch : plan::default_global_batch(m);
+}
+
+/// The simulated machine's latencies and SM shares of comm kernels, from the cluster.
+inline Network network_of(const ClusterSpec& c) {
+  Network n;
+  n.nic_latency = c.nic_latency;
+  n.nvlink_latency = c.intra_node_latency;
+  n.comm_sm_fraction = c.kernel_comm_sm_fraction;
+  n.rdma_sm_fraction = c.rdma_comm_sm_fraction;
+  return n;
+}
 
 /// Colocated expert parallelism: `stages` pipeline stages, each a worker of
 /// gpus / stages GPUs running attention data-parallel and experts expert-parallel.
@@ -77,11 +97,12 @@ inline double flops_seconds(double flops, const ClusterSpec& c, DType t, double 
 // layouts whose width does not divide the batch still run (tokens/s stays comparable).
 inline int derive_micro_batches(const ModelSpec& m, const CostOptions& o, int dp, std::string_view what) {
   if (o.micro_batches > 0) return o.micro_batches;
-  expect(o.global_batch >= 1, "global_batch", o.global_batch, "a positive number of sequences");
+  const int batch = global_batch_of(m, o);
+  expect(batch >= 1, "global_batch", batch, "a positive number of sequences");
   const long per = long(m.micro_batch) * dp;
-  expect(o.global_batch / per >= 1, "global_batch", o.global_batch,
+  expect(batch / per >= 1, "global_batch", batch,
          "at least micro_batch x " + std::string(what) + " (" + std::to_string(per) + ") sequences");
-  return static_cast<int>(o.global_batch / per);
+  return static_cast<int>(batch / per);
 }
 
 // Full recomputation reruns each forward right before its backward (Korthikanti et al.
@@ -154,7 +175,7 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
     w.role = Role::kColocated;
     p.workers.push_back(w);
   }
-  p.network = {c.nic_latency, c.intra_node_latency, o.comm_sm_fraction};
+  p.network = network_of(c);
   p.micro_batches = detail::derive_micro_batches(m, o, g, "GPUs per stage");
   const plan::DispatchOptions d{g, o.dedup, 0};
   const double eb = bytes_of(m.dtype), t = double(m.tokens_per_micro_batch());
@@ -250,7 +271,7 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
   }
   if (c.nodes == 1)  // one node: A↔F traffic over NVLink only (Worker NICs unused)
     for (auto& w : p.workers) w.nic_bandwidth = 0;
-  p.network = {c.nic_latency, c.intra_node_latency, o.comm_sm_fraction};
+  p.network = network_of(c);
   p.micro_batches = detail::derive_micro_batches(m, o, ga, "A group size");
   const plan::DispatchOptions d{gf, o.dedup, 0};
   const double eb = bytes_of(m.dtype), t = double(m.tokens_per_micro_batch());
@@ -277,26 +298,40 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
     x.dispatch_bytes = lc.dispatch_bytes;
     x.combine_bytes = lc.return_bytes * scale * x.ffn_imbalance;
     x.hidden_bytes = t * m.hidden * eb;
-    x.attn_grad_bytes = plan::attention_grad_all_reduce_bytes(m, l, ga, o.memory.grad_bytes);
+    // A-side weights of this layer, plus the input embedding on layer 0 and the final
+    // norm and output head on the last layer (one matrix when tied and both layers are
+    // on one pair): replicated over the A group, so all-reduced and ZeRO-1-sharded there.
+    const double vd = double(m.vocab) * m.hidden;
+    double a_params = double(plan::attention_side_params(m, l));
+    if (l == 0) a_params += vd;
+    if (l + 1 == m.layers) a_params += m.hidden + ((m.tied_embeddings && l % pg == 0) ? 0 : vd);
+    x.attn_grad_bytes = plan::ring_all_reduce_bytes(a_params * gb, ga);
     double replicated = lc.moe ? double(m.shared_experts) * double(gated_ffn_params(m, m.shared_expert_ffn))
                                : double(plan::ffn_side_params(m, l));
     x.expert_grad_bytes = plan::ring_all_reduce_bytes(replicated * gb, gf);
     {
-      const plan::MemoryBytes as = plan::state_bytes(m, double(plan::attention_side_params(m, l)), ga, o.memory);
-      double ffn = double(plan::ffn_side_params(m, l));
-      if (lc.moe) {  // the busiest F GPU holds ceil(E / gf) experts (plan/layer_assignment.hpp)
-        const double all = double(m.experts) * double(expert_params(m));
-        ffn = ffn - all + double(busiest.experts) * double(expert_params(m));
-      }
-      const plan::MemoryBytes fs = plan::state_bytes(m, ffn, gf, o.memory);
+      // The planner's memory model (plan/layer_assignment.hpp), layer by layer, so that a
+      // worker's state here is exactly attention_worker_memory / ffn_worker_memory of its
+      // pair: the A side replicates attention, norms and router over ga GPUs (ZeRO-1 over
+      // them), plus the input embedding on layer 0's pair and the final norm and output
+      // head on the last layer's (one matrix when tied and both are on the same pair);
+      // the busiest F GPU owns ceil(E / gf) experts (not replicated: no ZeRO sharding) and
+      // replicates shared experts / the dense FFN over gf.
+      const plan::MemoryBytes as = plan::state_bytes(m, a_params, ga, o.memory);
+      plan::MemoryBytes fs = plan::state_bytes(m, lc.moe ? double(busiest.experts) * double(expert_params(m)) : 0, 1,
+                                               o.memory);
+      const double replicated_f = lc.moe ? double(m.shared_experts) * double(gated_ffn_params(m, m.shared_expert_ffn))
+                                         : double(gated_ffn_params(m, m.dense_ffn));
+      fs += plan::state_bytes(m, replicated_f, gf, o.memory);
       x.attn_state_bytes = as.parameters + as.gradients + as.optimizer;
       x.expert_state_bytes = fs.parameters + fs.gradients + fs.optimizer;
     }
     x.attn_activation_bytes = plan::attention_activation_bytes(m, l, o.memory);
     // Activations follow the busiest GPU's routed token-expert pairs (conservatively
-    // applied to shared experts as well; factor 1 when gf divides E).
+    // applied to shared experts as well; factor 1 when gf divides E), as in
+    // plan::ffn_worker_memory.
     x.expert_activation_bytes =
-        plan::ffn_activation_bytes(m, l, o.memory, d) * scale * (lc.moe ? busiest.compute : 1.0);
+        plan::ffn_activation_bytes(m, l, o.memory, d) * scale * (lc.moe ? plan::ffn_busiest_share(m, gf) : 1.0);
     p.layers.push_back(x);
   }
   p.tokens_per_micro_batch = t * ga;

@@ -121,7 +121,10 @@ struct Op {
   int chunk = -1;          ///< chunk of a chunked layer (operator-level overlap), else -1
   int step = -1;           ///< index of the pipeline action that issued it on its worker, else -1
   bool backward = false;   ///< carries gradients (backward pass)
-  bool uses_sms = false;   ///< comm kernel occupies SMs: compute on both ends slows down
+  /// comm: the transfer runs as GPU kernels (NCCL, NVSHMEM/DeepEP) that hold
+  /// Network::comm_sm_fraction of the SMs on both ends; false: an RDMA engine, which
+  /// holds Network::rdma_sm_fraction. Policies set it by transport, never by kind.
+  bool uses_sms = false;
   double seconds = 0;      ///< compute: time at the worker's full rate; comm: 0
   double bytes = 0;        ///< comm: bytes sent per GPU of `worker`
   /// comm: each GPU of `peer` receives bytes × worker GPUs / peer GPUs × rx_scale. 1 for
@@ -138,9 +141,14 @@ struct Op {
 struct Network {
   double nic_latency = 0;        ///< seconds per message crossing nodes
   double nvlink_latency = 0;     ///< seconds per message inside a node
-  /// Fraction of SMs a comm kernel with `uses_sms` takes; compute on its worker runs at
-  /// (1 - fraction) while it is active (DeepSeek-V3 §3.2.2: 20 of 132 SMs).
+  /// Fraction of SMs the comm kernels (ops with `uses_sms`) hold on each end of a
+  /// transfer; compute on a worker runs at (1 − fraction) while one of them touches it,
+  /// however many (a library reserves its SMs once: DeepEP's Buffer::num_sms).
+  /// cost_adapter.hpp takes it from ClusterSpec::kernel_comm_sm_fraction.
   double comm_sm_fraction = 0;
+  /// The same for RDMA-engine transfers (ops without `uses_sms`); both can apply at once.
+  /// From ClusterSpec::rdma_comm_sm_fraction (default 0).
+  double rdma_sm_fraction = 0;
 };
 
 /// A complete schedule: workers, ops and per-(worker, stream) order.

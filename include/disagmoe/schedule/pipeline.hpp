@@ -53,7 +53,10 @@ struct PipelinePlan {
   std::vector<std::vector<Stage>> routes;    ///< per micro-batch, the stages visited in order
   std::vector<std::vector<Action>> actions;  ///< per worker, in issue order
   int chunks = 1;                            ///< operator-level FFN chunks per MoE layer (>= 1)
-  bool comm_uses_sms = true;                 ///< all-to-all kernels occupy SMs (NCCL/DeepEP)
+  /// Every transfer (all-to-all, pipeline send, all-reduce) runs as GPU kernels (NCCL
+  /// send/recv and collectives, DeepEP) holding Network::comm_sm_fraction of the SMs on
+  /// both ends; false: all of them go over an RDMA engine (Network::rdma_sm_fraction).
+  bool comm_uses_sms = true;
 };
 
 /// Splits `layers` into `parts` contiguous ranges whose sizes differ by at most one
@@ -375,7 +378,6 @@ class PipelineEmitter {
         if (next != w) {
           Op snd = comm(OpKind::kSend, w, next, c.stage.layer_end - 1,
                         pb_.layers[static_cast<std::size_t>(c.stage.layer_end - 1)].hidden_bytes);
-          snd.uses_sms = false;
           snd.deps.push_back(c.last);
           out = s_.add(with_meta(std::move(snd), c));
         }
@@ -388,7 +390,6 @@ class PipelineEmitter {
         if (prev != w) {
           Op snd = comm(OpKind::kSend, w, prev, c.stage.layer_begin,
                         pb_.layers[static_cast<std::size_t>(c.stage.layer_begin)].hidden_bytes);
-          snd.uses_sms = false;
           snd.deps.push_back(c.last);
           // Without deferral the stage's backward (autograd) ends with its weight
           // gradients before the send, as in Megatron's 1F1B (B1).

@@ -1,48 +1,119 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file plan_oracle.hpp
-/// The simulator as the planner's step-time oracle (plan/step_time_oracle.hpp): the
+/// The one conversion from a planner allocation (plan::AnalyticModel + plan::Allocation,
+/// i.e. a Plan and the options it was made with) to a simulated AF-Pipe problem, and the
+/// simulator as the planner's step-time oracle (plan/step_time_oracle.hpp): the
 /// allocator's local search can rank allocations by simulated AF-Pipe step time, which
-/// sees pipeline fill/drain, link sharing, ping-pong depth and memory that the
-/// analytic model abstracts away.
+/// sees pipeline fill/drain, link sharing, ping-pong depth and memory that the analytic
+/// model abstracts away. disagmoe-sim --plan, the oracle and the tests all go through
+/// `planned_simulation`, so no field of the plan is dropped on the way.
 #pragma once
 
 #include <disagmoe/plan/allocation.hpp>
 #include <disagmoe/plan/step_time_oracle.hpp>
 #include <disagmoe/schedule/schedules.hpp>
 
+#include <cmath>
 #include <utility>
 
 namespace disagmoe::schedule {
 
-/// Step-time oracle backed by one AF-Pipe simulation per allocation. Costs come from
-/// `cost` (the allocation's `recompute` flag overrides cost.memory.recompute).
-/// step_seconds is +infinity for an allocation whose layout is invalid, deadlocks or
-/// exceeds HBM × cost.memory_fraction. O(simulation) per call, typically milliseconds.
+/// AF-Pipe's layout for allocation `a` (every field but `recompute`, which is a cost).
+inline AfLayout af_layout(const plan::Allocation& a) {
+  return {a.groups, a.attention_gpus_per_node, a.ffn_gpus_per_node, a.attention_nics_per_node, a.ffn_nics_per_node};
+}
+
+/// The allocation of layout `l` with recomputation `recompute` (inverse of af_layout).
+inline plan::Allocation allocation_of(const AfLayout& l, bool recompute) {
+  return {l.groups, l.attention_gpus_per_node, l.ffn_gpus_per_node, l.attention_nics_per_node, l.ffn_nics_per_node,
+          recompute};
+}
+
+/// The simulator's costs for planner options `o` on model `m` and allocation `x`: the
+/// same efficiencies, training state (recomputation as `x` says), deduplication, usable
+/// HBM and batch (resolved: o.global_batch or the default).
+inline CostOptions cost_options(const plan::PlanOptions& o, const ModelSpec& m, const plan::Allocation& x) {
+  CostOptions c;
+  c.efficiency = o.efficiency;
+  c.memory = o.memory;
+  c.memory.recompute = x.recompute;
+  c.dedup = o.dedup;
+  c.global_batch = plan::global_batch_of(o, m);
+  c.memory_fraction = o.memory_fraction;
+  return c;
+}
+
+/// The planner options that `cost_options` maps onto `c` and `k` (its inverse on every
+/// field the step depends on; the search-only fields recompute policy and max_groups
+/// keep their defaults, the recomputation itself travels in the allocation).
+inline plan::PlanOptions plan_options(const CostOptions& c, const PolicyKnobs& k) {
+  plan::PlanOptions o;
+  o.global_batch = c.global_batch;
+  o.efficiency = c.efficiency;
+  o.memory = c.memory;
+  o.memory.recompute = plan::kDefaultMemory.recompute;
+  o.dedup = c.dedup;
+  o.memory_fraction = c.memory_fraction;
+  o.m2n_uses_sms = k.af_uses_sms;
+  return o;
+}
+
+/// Everything a simulation of allocation `x` under `model` needs.
+struct PlannedSimulation {
+  AfLayout layout;
+  CostOptions cost;
+  PolicyKnobs knobs;  ///< AF-Pipe: the planner's ping-pong group and M2N transport
+};
+
+/// The simulation of allocation `x` of `model`: its layout, its costs (cost_options)
+/// and AF-Pipe's knobs — ping-pong group 2p (plan::af_group_size; the schedule clamps it
+/// to the micro-batches, and keeps two groups in flight, plan::af_in_flight, as the
+/// planner's memory model assumes) and the M2N transport of PlanOptions::m2n_uses_sms.
+/// The cluster (with its SM shares of comm kernels) is model.cluster(). O(1).
+inline PlannedSimulation planned_simulation(const plan::AnalyticModel& model, const plan::Allocation& x) {
+  PlannedSimulation s;
+  s.layout = af_layout(x);
+  s.cost = cost_options(model.options(), model.model(), x);
+  s.knobs.af_group_size = 2 * x.groups;
+  s.knobs.af_uses_sms = model.options().m2n_uses_sms;
+  return s;
+}
+
+/// The AF-Pipe Problem of allocation `x` of `model` (planned_simulation, then af_problem).
+inline Problem af_problem(const plan::AnalyticModel& model, const plan::Allocation& x) {
+  const PlannedSimulation s = planned_simulation(model, x);
+  return af_problem(model.model(), model.cluster(), s.layout, s.cost);
+}
+
+/// Simulates allocation `x` of `model` under AF-Pipe (layout and knobs of
+/// planned_simulation). Throws ConfigError when the layout cannot run.
+inline Simulated simulate_plan(const plan::AnalyticModel& model, const plan::Allocation& x) {
+  const PlannedSimulation s = planned_simulation(model, x);
+  return simulate_best(AFPipe::kName, model.model(), model.cluster(), s.cost, s.knobs, 0, s.layout);
+}
+
+/// Step-time oracle backed by one AF-Pipe simulation per allocation, converted by
+/// planned_simulation from the planner's own model and options. step_seconds is
+/// +infinity for an allocation whose layout is invalid, deadlocks or exceeds
+/// HBM × memory_fraction. O(simulation) per call, typically milliseconds.
 class SimulatedStepTime {
  public:
   using oracle_concept = plan::step_time_oracle_tag;
 
-  SimulatedStepTime(ModelSpec model, ClusterSpec cluster, CostOptions cost = {}, PolicyKnobs knobs = {})
-      : model_(std::move(model)), cluster_(std::move(cluster)), cost_(std::move(cost)), knobs_(knobs) {}
+  SimulatedStepTime(ModelSpec model, ClusterSpec cluster, plan::PlanOptions options = {})
+      : model_(std::move(model), std::move(cluster), std::move(options)) {}
 
   /// AF-Pipe's layout for allocation `a`.
-  [[nodiscard]] static AfLayout layout(const plan::Allocation& a) {
-    return {a.groups, a.attention_gpus_per_node, a.ffn_gpus_per_node, a.attention_nics_per_node,
-            a.ffn_nics_per_node};
-  }
+  [[nodiscard]] static AfLayout layout(const plan::Allocation& a) { return af_layout(a); }
 
   /// Simulated seconds of one optimizer step under allocation `a`.
   [[nodiscard]] double step_seconds(const plan::Allocation& a) const {
-    CostOptions o = cost_;
-    o.memory.recompute = a.recompute;
-    return simulated_step_seconds(model_, cluster_, layout(a), o, knobs_);
+    const PlannedSimulation s = planned_simulation(model_, a);
+    return simulated_step_seconds(model_.model(), model_.cluster(), s.layout, s.cost, s.knobs);
   }
 
  private:
-  ModelSpec model_;
-  ClusterSpec cluster_;
-  CostOptions cost_;
-  PolicyKnobs knobs_;
+  plan::AnalyticModel model_;
 };
 
 static_assert(plan::step_time_oracle<SimulatedStepTime>);

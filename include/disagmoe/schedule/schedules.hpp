@@ -94,11 +94,14 @@ inline bool better(const Simulated& a, const std::optional<Simulated>& b) {
 
 /// Simulated step time of AF-Pipe with layout `lay` (seconds; +infinity when the
 /// layout is invalid, deadlocks or does not fit memory): the simulator as the planner's
-/// step-time oracle. One simulation, O(ops log ops).
+/// step-time oracle. Ping-pong group k.af_group_size, or 2p (the planner's) when 0.
+/// One simulation, O(ops log ops).
 inline double simulated_step_seconds(const ModelSpec& m, const ClusterSpec& c, const AfLayout& lay,
                                      const CostOptions& o = {}, const PolicyKnobs& k = {}) {
   try {
-    const auto s = detail::try_simulate(AFPipe::kName, af_problem(m, c, lay, o), k, c, o, "");
+    PolicyKnobs kk = k;  // the planner's ping-pong group by default (plan::af_group_size)
+    if (kk.af_group_size == 0) kk.af_group_size = 2 * lay.groups;
+    const auto s = detail::try_simulate(AFPipe::kName, af_problem(m, c, lay, o), kk, c, o, "");
     return s && s->fits ? s->result.step_seconds : std::numeric_limits<double>::infinity();
   } catch (const ConfigError&) {
     return std::numeric_limits<double>::infinity();

@@ -8,7 +8,8 @@
 ///   comm ops of a worker with `in_order_comm == false` start as soon as deps are done;
 /// - compute ops progress at 1/seconds, divided equally among the compute ops running on
 ///   the worker (fwd and bwd streams share the GPU), times (1 - comm_sm_fraction) while an
-///   SM-using comm op touches the worker;
+///   SM-using comm op touches the worker and (1 - rdma_sm_fraction) less while an RDMA
+///   one does;
 /// - a comm op first waits its message latency, then moves its bytes; intra-node bytes
 ///   go over NVLink, the rest over the worker's NIC share, each direction a separate
 ///   resource per worker; flows on a resource share it equally and the op advances at
@@ -137,6 +138,7 @@ class Simulator {
       o.flags |= kComm;
       o.peer = op.peer;
       if (op.uses_sms) o.flags |= kSms;
+      else if (s_.network.rdma_sm_fraction > 0) o.flags |= kRdma;
       const CommUses cu = comm_uses(s_, op);
       if (cu.empty()) continue;
       o.uses = static_cast<int>(uses_.size());
@@ -173,7 +175,7 @@ class Simulator {
 
  private:
   enum State : std::uint8_t { kWaiting, kLatency, kRunning, kDone };
-  enum Flag : std::uint8_t { kComm = 1, kSms = 2, kUnordered = 4, kRemote = 8 };
+  enum Flag : std::uint8_t { kComm = 1, kSms = 2, kUnordered = 4, kRemote = 8, kRdma = 16 };
   // One cache line per op: starting an op reads nothing else about it (the peer of a
   // comm op lives here, not in its Uses entry, which only its flow needs).
   struct alignas(64) Node {
@@ -205,6 +207,7 @@ class Simulator {
     int ncompute = 0;
     int comm = 0;              // comm ops (latency or flow) touching the worker
     int sm_comm = 0;           // of which use SMs
+    int rdma_comm = 0;         // of which are RDMA transfers taxed by rdma_sm_fraction
     double mark = 0;
     WorkerMetrics m;
     double mem = 0;
@@ -327,17 +330,19 @@ class Simulator {
     }
     if (o.uses < 0) return instant(id);
     const int peer = o.peer;
-    const bool sms = (o.flags & kSms) != 0;
+    const bool sms = (o.flags & kSms) != 0, rdma = (o.flags & kRdma) != 0;
     touch(o.worker);
     ++wk.comm;
     if (sms) ++wk.sm_comm;
+    if (rdma) ++wk.rdma_comm;
     if (peer != o.worker) {
       touch(peer);
       auto& pk = ws_[static_cast<std::size_t>(peer)];
       ++pk.comm;
       if (sms) ++pk.sm_comm;
+      if (rdma) ++pk.rdma_comm;
     }
-    if (sms) {
+    if (sms || rdma) {
       rerate_compute(o.worker);
       if (peer != o.worker) rerate_compute(peer);
     }
@@ -373,7 +378,8 @@ class Simulator {
   void rerate_compute(int w) {
     const auto& k = ws_[static_cast<std::size_t>(w)];
     const double share = k.ncompute == 0 ? 0 : 1.0 / static_cast<double>(k.ncompute);
-    const double slow = k.sm_comm > 0 ? 1.0 - s_.network.comm_sm_fraction : 1.0;
+    double slow = k.sm_comm > 0 ? 1.0 - s_.network.comm_sm_fraction : 1.0;
+    if (k.rdma_comm > 0) slow -= s_.network.rdma_sm_fraction;
     for (int i = 0; i < k.ncompute; ++i) {
       const int id = k.compute[static_cast<std::size_t>(i)];
       Node& o = node(id);
@@ -422,22 +428,24 @@ class Simulator {
       }
     } else if (o.uses >= 0) {
       const int peer = o.peer;
-      const bool sms = (o.flags & kSms) != 0;
+      const bool sms = (o.flags & kSms) != 0, rdma = (o.flags & kRdma) != 0;
       touch(o.worker);
       --wk.comm;
       if (sms) --wk.sm_comm;
+      if (rdma) --wk.rdma_comm;
       if (peer != o.worker) {
         touch(peer);
         auto& pk = ws_[static_cast<std::size_t>(peer)];
         --pk.comm;
         if (sms) --pk.sm_comm;
+        if (rdma) --pk.rdma_comm;
       }
       for (const auto& u : uses_of(o)) {
         auto& f = flows_on_[static_cast<std::size_t>(u.resource)];
         f.erase(std::find(f.begin(), f.end(), id));
       }
       rerate_flows(uses_of(o));
-      if (sms) {
+      if (sms || rdma) {
         rerate_compute(o.worker);
         if (peer != o.worker) rerate_compute(peer);
       }

@@ -44,6 +44,17 @@ struct ClusterSpec {
   int nics_per_node = 0;            ///< inter-node NICs per node
   double nic_bandwidth = 0;         ///< bytes/s of one NIC, one direction
   double nic_latency = 0;           ///< seconds per message across nodes
+  /// Share of a GPU's SMs that a kernel-driven communication library holds while one of
+  /// its transfers touches the GPU, on the sender and on the receiver (NCCL collectives
+  /// and send/recv, NVSHMEM / DeepEP all-to-all: the kernels are persistent thread blocks
+  /// that copy and poll). Default 24 of an H800's 132 SMs: DeepEP reserves a configurable
+  /// number of SMs for its normal kernels, 24 in its README's examples
+  /// (`Buffer.set_num_sms(24)`); DeepSeek-V3 (arXiv 2412.19437 §3.2.2) dedicates 20.
+  double kernel_comm_sm_fraction = 24.0 / 132.0;
+  /// The same for an RDMA engine transport (M2N over GPUDirect RDMA posted by a CPU proxy
+  /// or the NIC, as MegaScale-Infer's M2N library and StepMesh do): the NIC moves the
+  /// bytes, so compute keeps (nearly) every SM. Default 0.
+  double rdma_comm_sm_fraction = 0;
 
   /// GPUs in the whole cluster.
   [[nodiscard]] constexpr int gpus() const { return nodes * gpus_per_node; }
@@ -89,6 +100,11 @@ inline void validate(const ClusterSpec& c, std::string_view prefix = "ClusterSpe
   if (c.nics_per_node > 0) positive("nic_bandwidth", c.nic_bandwidth, mx::kMinBandwidth, mx::kBandwidth);
   else non_negative("nic_bandwidth", c.nic_bandwidth, mx::kBandwidth);
   non_negative("nic_latency", c.nic_latency, mx::kLatency);
+  // Below 1: compute on a GPU whose comm kernels held every SM would never finish.
+  expect(std::isfinite(c.kernel_comm_sm_fraction) && c.kernel_comm_sm_fraction >= 0 && c.kernel_comm_sm_fraction < 1,
+         p + ".kernel_comm_sm_fraction", c.kernel_comm_sm_fraction, "a fraction in [0, 1)");
+  expect(std::isfinite(c.rdma_comm_sm_fraction) && c.rdma_comm_sm_fraction >= 0 && c.rdma_comm_sm_fraction < 1,
+         p + ".rdma_comm_sm_fraction", c.rdma_comm_sm_fraction, "a fraction in [0, 1)");
 }
 
 }  // namespace disagmoe

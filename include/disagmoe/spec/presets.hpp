@@ -82,8 +82,10 @@ inline GpuSpec hopper(std::string name, double hbm_gb, double hbm_tb_s) {
   return GpuSpec{std::move(name), 66.9 * kTFlops, 989.4 * kTFlops, 1978.9 * kTFlops, hbm_gb * kGB, hbm_tb_s * 1e12};
 }
 
+// `sms`: streaming multiprocessors (compute units) of the GPU: 132 on H100/H800/H200 SXM5
+// (NVIDIA Hopper tuning guide), 304 CUs on MI300X (AMD CDNA 3 white paper).
 inline ClusterSpec make_cluster(std::string name, int nodes, GpuSpec gpu, double intra_gb_s, int nics,
-                                double nic_gb_s) {
+                                double nic_gb_s, int sms = 132) {
   ClusterSpec c;
   c.name = std::move(name);
   c.nodes = nodes;
@@ -94,6 +96,10 @@ inline ClusterSpec make_cluster(std::string name, int nodes, GpuSpec gpu, double
   c.nics_per_node = nics;
   c.nic_bandwidth = nic_gb_s * kGB;
   c.nic_latency = 5e-6;  // InfiniBand/RoCE end-to-end message latency, order of microseconds
+  // Comm kernels hold 24 SMs (DeepEP's normal kernels as its README configures them), of
+  // `sms` on this GPU; an RDMA engine holds none (ClusterSpec::rdma_comm_sm_fraction).
+  c.kernel_comm_sm_fraction = 24.0 / sms;
+  c.rdma_comm_sm_fraction = 0;
   return c;
 }
 
@@ -111,7 +117,7 @@ inline std::vector<ClusterSpec> cluster_presets() {
       // links x 64 GB/s per direction; 8 x 400 Gb/s NICs.
       make_cluster("mi300x", 1,
                    GpuSpec{"MI300X", 163.4 * kTFlops, 1307.4 * kTFlops, 2614.9 * kTFlops, 192 * kGB, 5.3e12}, 448,
-                   8, 50),
+                   8, 50, 304),
   };
 }
 
