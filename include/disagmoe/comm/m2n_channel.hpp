@@ -72,7 +72,7 @@ namespace disagmoe::comm {
 /// must outlive the channel.
 template <transport T, backend B, class Elem = float>
 class M2NChannel {
-  static_assert(std::is_floating_point_v<Elem>, "M2NChannel rows hold floating-point elements");
+  static_assert(row_element<Elem>, "M2NChannel rows hold floating-point elements (comm::row_element)");
 
  public:
   /// Which side of the exchange this rank is on.

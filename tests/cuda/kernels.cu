@@ -1,0 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one nvcc TU of the CUDA tests and bench: instantiates the token kernels' launch
+// functions that the host-compiled tests call through cuda::Backend.
+#include <disagmoe/backend/cuda/instantiate.cuh>
