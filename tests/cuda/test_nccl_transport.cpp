@@ -65,6 +65,31 @@ TEST_CASE("a one-rank communicator sends to itself, step after step") {
   self_exchange(t, 1);
 }
 
+TEST_CASE("host memory is staged through the device, both ways and mixed") {
+  auto t = one_rank();
+  for (std::size_t n : {std::size_t{1}, std::size_t{16}, std::size_t{100000}}) {
+    INFO("bytes = " << n);
+    std::vector<std::byte> src(n), dst(n), dst2(n);
+    for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<std::byte>(i * 7 + 1);
+    cuda::DeviceBuffer<std::byte> dev;
+    dev.resize(n);
+    nccl::Transport::Request a, b, c, d;
+    {
+      comm::GroupGuard<nccl::Transport> g(t);
+      a = t.isend(0, 1, std::span<const std::byte>(src));  // host -> host
+      b = t.irecv(0, 1, std::span<std::byte>(dst));
+      c = t.isend(0, 2, std::span<const std::byte>(src));  // host -> device
+      d = t.irecv(0, 2, std::span<std::byte>(dev.data(), n));
+    }
+    const auto deadline = comm::deadline_after(30s);
+    CHECK(t.wait(b, deadline));  // any request of the group delivers its host receives
+    CHECK(dst == src);
+    for (auto* r : {&a, &c, &d}) CHECK(t.wait(*r, deadline));
+    DISAGMOE_CUDA_CHECK(cudaMemcpy(dst2.data(), dev.data(), n, cudaMemcpyDeviceToHost));
+    CHECK(dst2 == src);
+  }
+}
+
 TEST_CASE("split gives the members a communicator, the others nothing") {
   auto t = one_rank();
   const int all[] = {0};

@@ -31,6 +31,19 @@
 
 namespace disagmoe::cuda {
 
+/// True when the device can dereference `p` (device or managed memory); false for
+/// pageable or pinned host memory (pinned memory is device-readable but over PCIe, so
+/// it is staged too). Never throws.
+inline bool is_device_pointer(const void* p) noexcept {
+  if (p == nullptr) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 /// Which memory a `CachingAllocator` hands out.
 enum class MemoryKind { kDevice, kPinnedHost };
 

@@ -2,8 +2,16 @@
 /// @file transport.hpp
 /// `nccl::Transport`: the `comm::transport` concept over NCCL point-to-point
 /// (ncclSend / ncclRecv in groups) on non-blocking communicators (ncclConfig_t.blocking
-/// = 0, NCCL docs "Communicator Creation", "Fault Tolerance"). Buffers are device memory.
-/// Needs the `disagmoe::nccl` target; host code.
+/// = 0, NCCL docs "Communicator Creation", "Fault Tolerance"). Needs the `disagmoe::nccl`
+/// target; host code.
+///
+/// Buffers: device memory travels as is. Host memory (a channel's headers, routing slots
+/// and handshake) is staged, since NCCL reads and writes only device-accessible memory:
+/// a send is copied at the post into pinned memory and uploaded on the transport's
+/// stream ahead of the group; a receive lands in device staging, is copied to pinned
+/// memory after the group and into the caller's buffer when a `test` or `wait` first
+/// sees the group complete. Staging comes from caching allocators (no allocation once
+/// warm).
 ///
 /// What NCCL offers and how the concept maps onto it:
 ///  - Matching: NCCL has no tags. Operations between two ranks are matched in the order
@@ -35,6 +43,7 @@
 #pragma once
 
 #include <disagmoe/backend/cuda/check.hpp>
+#include <disagmoe/backend/cuda/memory.hpp>
 #include <disagmoe/backend/cuda/stream.hpp>
 #include <disagmoe/backend/nccl/check.hpp>
 #include <disagmoe/comm/transport.hpp>
@@ -47,6 +56,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -168,6 +178,12 @@ class Transport {
     if (r != ncclSuccess && r != ncclInProgress) check(r, "ncclGroupEnd", __FILE__, __LINE__);
     if (--s_->depth > 0) return;
     settle(s_->comm, "ncclGroupEnd");  // non-blocking: the group is enqueued once settled
+    Group& g = *s_->open;
+    const cudaStream_t st = s_->stream.get();
+    for (auto& h : g.host_recvs)  // after the group's kernel on the stream
+      DISAGMOE_CUDA_CHECK(cudaMemcpyAsync(h.pinned, h.device, h.bytes, cudaMemcpyDeviceToHost, st));
+    for (void* d : g.device_blocks) s_->device_staging.release(d, st);  // stream-ordered: after the group
+    g.device_blocks.clear();
     s_->open->event = cuda::Event::record(s_->events, s_->stream.get());
     s_->open->posted = true;
     s_->open = std::make_shared<Group>();
@@ -181,6 +197,7 @@ class Transport {
     async_error(req);
     if (!req.group_->event.query()) return false;
     async_error(req);
+    deliver(*req.group_);
     req.group_.reset();
     return true;
   }
@@ -200,6 +217,7 @@ class Transport {
   void cancel(Request& req) {
     if (req.group_ == nullptr) return;
     const bool done = req.group_->posted && !s_->aborted && query_quietly(*req.group_);
+    if (done) deliver(*req.group_);  // the caller may release the buffers after this
     req.group_.reset();
     if (done || s_->aborted) return;
     abort();
@@ -241,13 +259,22 @@ class Transport {
  private:
   /// Completion of one group's operations.
   struct Group {
+    /// A receive into host memory: device staging -> pinned (on the stream) -> user.
+    struct HostRecv {
+      void *device, *pinned;
+      std::byte* user;
+      std::size_t bytes;
+    };
     cuda::Event event;
-    bool posted = false;
+    bool posted = false, delivered = false;
+    std::vector<HostRecv> host_recvs;
+    std::vector<void*> device_blocks;  // device staging released at group_end
   };
   struct State {
     explicit State(Options o)
-        : opts(std::move(o)), stream(cuda::Stream::create(cuda::stream_priorities().greatest)),
-          open(std::make_shared<Group>()) {}
+        : opts(std::move(o)), device_staging(events, cuda::MemoryKind::kDevice),
+          pinned_staging(events, cuda::MemoryKind::kPinnedHost),
+          stream(cuda::Stream::create(cuda::stream_priorities().greatest)), open(std::make_shared<Group>()) {}
     State(const State&) = delete;
     State& operator=(const State&) = delete;
     /// Flushes and frees the communicator (ncclCommFinalize, bounded by the timeout;
@@ -271,7 +298,8 @@ class Transport {
       (void)cudaStreamSynchronize(stream.get());
     }
     Options opts;
-    cuda::EventPool events;  // before `open`, whose events return to it
+    cuda::EventPool events;  // before the allocators and `open`, which return events to it
+    cuda::CachingAllocator device_staging, pinned_staging;
     cuda::Stream stream;
     ncclComm_t comm = nullptr;
     int rank = 0, size = 1, depth = 0;
@@ -326,8 +354,9 @@ class Transport {
            "a rank of the group [0, " + std::to_string(size()) + ")");
     const bool implicit = s_->depth == 0;
     if (implicit) group_begin();
-    const ncclResult_t r = send ? ncclSend(data, bytes, ncclUint8, peer, s_->comm, s_->stream.get())
-                                : ncclRecv(const_cast<std::byte*>(data), bytes, ncclUint8, peer, s_->comm, s_->stream.get());
+    const void* buf = bytes > 0 && !cuda::is_device_pointer(data) ? stage(send, data, bytes) : data;
+    const ncclResult_t r = send ? ncclSend(buf, bytes, ncclUint8, peer, s_->comm, s_->stream.get())
+                                : ncclRecv(const_cast<void*>(buf), bytes, ncclUint8, peer, s_->comm, s_->stream.get());
     if (r != ncclSuccess && r != ncclInProgress) {
       if (implicit) {
         (void)ncclGroupEnd();
@@ -342,6 +371,34 @@ class Transport {
     req.send_ = send;
     if (implicit) group_end();
     return req;
+  }
+
+  /// Device staging for host memory `data` in the open group (see the file comment): a
+  /// send's bytes are uploaded now, ahead of the group on the stream.
+  const void* stage(bool send, const std::byte* data, std::size_t bytes) {
+    const cudaStream_t st = s_->stream.get();
+    void* dev = s_->device_staging.allocate(bytes, st);
+    s_->open->device_blocks.push_back(dev);
+    void* pinned = s_->pinned_staging.allocate(bytes, st);
+    if (send) {
+      std::memcpy(pinned, data, bytes);
+      DISAGMOE_CUDA_CHECK(cudaMemcpyAsync(dev, pinned, bytes, cudaMemcpyHostToDevice, st));
+      s_->pinned_staging.release(pinned, st);  // free again once the upload has run
+    } else {
+      s_->open->host_recvs.push_back({dev, pinned, const_cast<std::byte*>(data), bytes});
+    }
+    return dev;
+  }
+
+  /// Copies a completed group's host receives into the callers' buffers (once).
+  void deliver(Group& g) {
+    if (g.delivered) return;
+    g.delivered = true;
+    for (auto& h : g.host_recvs) {
+      std::memcpy(h.user, h.pinned, h.bytes);
+      s_->pinned_staging.release(h.pinned, s_->stream.get());
+    }
+    g.host_recvs.clear();
   }
 
   /// Throws NcclError naming `req` if the communicator reports an asynchronous error.
