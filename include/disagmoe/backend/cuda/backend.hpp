@@ -11,7 +11,10 @@
 /// the call into pinned staging and uploaded on the stream ahead of the kernel
 /// (cudaMemcpyAsync from pinned memory is asynchronous), so the host may change them
 /// as soon as the call returns. Staging and CUB temp storage come from caching
-/// allocators: after the first step of each size (or `reserve`), no call allocates.
+/// allocators. Device scratch is reused in stream order, so a step of a size seen before
+/// allocates none; a pinned block is reused once the call that staged through it has
+/// run, so the pinned pool grows to what the calls in flight at once stage (a channel
+/// keeps one step in flight) and then stays.
 ///
 /// Streams: `worker_streams()` gives a worker's three streams, forward and backward
 /// compute at the lowest priority and comm at the highest, so the comm stream's small
@@ -217,6 +220,7 @@ class Backend {
       for (std::size_t i = 0; i < n_; ++i) {
         try {
           b_.scratch_.release(device_[i], s_);
+          if (pinned_[i] != nullptr) b_.staging_.release(pinned_[i], s_);
         } catch (...) {  // reported by the stream's next check
         }
       }
@@ -226,17 +230,14 @@ class Backend {
     const E* up(std::span<const E> v) {
       if (v.empty()) return nullptr;
       if (is_device_pointer(v.data())) return v.data();
+      void* dev = scratch(v.size_bytes());
+      // Held until the call has enqueued its kernel (released in the destructor), so the
+      // arrays of one call never share a block: which blocks a call reuses then depends
+      // only on what completed before the call, not on how far the device has got since.
       void* pinned = b_.staging_.allocate(v.size_bytes(), s_);
+      pinned_[n_ - 1] = pinned;
       std::memcpy(pinned, v.data(), v.size_bytes());
-      void* dev = nullptr;
-      try {
-        dev = scratch(v.size_bytes());
-        DISAGMOE_CUDA_CHECK(cudaMemcpyAsync(dev, pinned, v.size_bytes(), cudaMemcpyHostToDevice, s_));
-      } catch (...) {
-        b_.staging_.release(pinned, s_);
-        throw;
-      }
-      b_.staging_.release(pinned, s_);  // reusable once the copy has run
+      DISAGMOE_CUDA_CHECK(cudaMemcpyAsync(dev, pinned, v.size_bytes(), cudaMemcpyHostToDevice, s_));
       return static_cast<const E*>(dev);
     }
     /// Device scratch of `bytes` for this call.
@@ -251,7 +252,7 @@ class Backend {
    private:
     Backend& b_;
     cudaStream_t s_;
-    std::array<void*, 8> device_{};
+    std::array<void*, 8> device_{}, pinned_{};  // pinned_[i]: the staging of device_[i], if any
     std::size_t n_ = 0;
   };
 
