@@ -39,6 +39,16 @@ inline constexpr bool enable_backend = requires {
   requires std::derived_from<typename B::backend_concept, backend_tag>;
 };
 
+/// Opt-in for row element types that are not `std::is_floating_point` (bf16, fp16):
+/// specialise to true next to the type's kernels (backend/cuda/row_math.hpp does so for
+/// __nv_bfloat16).
+template <class E>
+inline constexpr bool enable_row_element = false;
+
+/// The element types of a channel's rows: trivially copyable floating-point numbers.
+template <class E>
+concept row_element = std::is_trivially_copyable_v<E> && (std::is_floating_point_v<E> || enable_row_element<E>);
+
 /// A resizable array of `E` in some memory space (std::vector is one, host side).
 template <class Buf, class E>
 concept device_buffer = std::default_initializable<Buf> && std::movable<Buf> &&

@@ -72,7 +72,7 @@ namespace disagmoe::comm {
 /// must outlive the channel.
 template <transport T, backend B, class Elem = float>
 class M2NChannel {
-  static_assert(std::is_floating_point_v<Elem>, "M2NChannel rows hold floating-point elements");
+  static_assert(row_element<Elem>, "M2NChannel rows hold floating-point elements (comm::row_element)");
 
  public:
   /// Which side of the exchange this rank is on.
@@ -190,14 +190,8 @@ class M2NChannel {
     }
     index_gate_sources(t);
     headers_.resize(static_cast<std::size_t>(n_));
-    pair_.group_begin();
-    for (int d = 0; d < n_; ++d) {
-      const auto c = static_cast<std::size_t>(layout_.count(d));
-      const auto o = static_cast<std::size_t>(layout_.offset(d));
-      headers_[static_cast<std::size_t>(d)] = {step, static_cast<std::int64_t>(c)};
-      if (c > 0 && !hand_off_) recv(m_ + d, kReturn, span_of(ret_rows_, o * h_, c * h_), "return rows");
-    }
-    pair_.group_end();
+    for (int d = 0; d < n_; ++d)
+      headers_[static_cast<std::size_t>(d)] = {step, static_cast<std::int64_t>(layout_.count(d))};
     tokens_ = t;
     post_after_kernels(Post::kDispatch);
     last_rows_sent_ = static_cast<std::int64_t>(rows);
@@ -235,7 +229,6 @@ class M2NChannel {
     const auto rows = static_cast<std::size_t>(layout_.total_rows());
     detail::grow(grad_send_, rows * h_);
     backend_.gather_rows(stream_, grad_out, h_, layout_.row_token(), span_of(grad_send_, 0, rows * h_));
-    post_gradient_receives();
     state_ = State::kBackwardDispatched;
     post_after_kernels(Post::kBackwardDispatch);
   }
@@ -492,6 +485,10 @@ class M2NChannel {
           send(m_ + d, kRows, span_of(send_rows_, o * h_, c * h_), "token rows");
           send(m_ + d, kMeta, span_of(send_meta_, o * k_, c * k_), "routing slots");
           if (hand_off_) send(m_ + d, kTokens, layout_.row_token().subspan(o, c), "row tokens");
+          // The return's receive is posted with the sends, not before them: a transport that
+          // runs groups in issue order on one stream (NCCL) would otherwise wait for the
+          // return ahead of the rows it answers.
+          if (!hand_off_) recv(m_ + d, kReturn, span_of(ret_rows_, o * h_, c * h_), "return rows");
         }
         break;
       case Post::kBackwardDispatch:
@@ -500,6 +497,7 @@ class M2NChannel {
           const auto o = static_cast<std::size_t>(layout_.offset(d));
           if (c > 0) send(m_ + d, kGradRows, span_of(grad_send_, o * h_, c * h_), "output-gradient rows");
         }
+        post_gradient_receives();  // with the sends, as the dispatch's return receives
         break;
       case Post::kHandOffBackwardDispatch:
         for_each_source([&](int d, std::size_t o, std::size_t c) {

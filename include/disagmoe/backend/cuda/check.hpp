@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file check.hpp
 /// DISAGMOE_CUDA_CHECK(call): throws disagmoe::CudaError naming the call, the file:line
-/// and CUDA's error name and string. Host code; needs `disagmoe::cuda`.
+/// and CUDA's error name and string; a sticky error (one that leaves the context
+/// unusable, CUDA Programming Guide §"Error Checking") throws `CudaFatalError`, marked
+/// "fatal" in its message. DISAGMOE_CUDA_CHECK_LAUNCH() checks the last kernel launch.
+/// Host code; needs `disagmoe::cuda`.
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -10,15 +13,50 @@
 
 #include <string>
 
+namespace disagmoe {
+
+/// A sticky CUDA error: the context is corrupt and every later CUDA call of the process
+/// fails, so the only recovery is a new process (as PyTorch reports "CUDA error: an
+/// illegal memory access ... may be asynchronously reported"). Catching `CudaError`
+/// catches it too.
+class CudaFatalError : public CudaError {
+ public:
+  using CudaError::CudaError;
+};
+
+}  // namespace disagmoe
+
 namespace disagmoe::cuda {
 
-/// Throws CudaError for any status but cudaSuccess; clears the sticky last error first
-/// so a later, unrelated check does not report this one again.
+/// True for the errors the runtime documents as leaving the context unusable ("the
+/// process must be terminated and relaunched"): faults raised by a kernel.
+inline bool is_sticky(cudaError_t status) noexcept {
+  switch (status) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorLaunchTimeout:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// Throws CudaError (CudaFatalError when sticky) for any status but cudaSuccess; clears
+/// the last error first so a later, unrelated check does not report this one again.
 inline void check(cudaError_t status, const char* call, const char* file, int line) {
   if (status == cudaSuccess) return;
   (void)cudaGetLastError();
-  throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + call + " = " + cudaGetErrorName(status) +
-                  ": expected cudaSuccess (" + cudaGetErrorString(status) + ")");
+  std::string msg = std::string(file) + ":" + std::to_string(line) + ": " + call + " = " + cudaGetErrorName(status) +
+                    ": expected cudaSuccess (" + cudaGetErrorString(status) + ")";
+  if (is_sticky(status)) throw CudaFatalError(msg + " [fatal: sticky error, the CUDA context is unusable]");
+  throw CudaError(msg);
 }
 
 /// Number of visible CUDA devices; 0 when there is no driver or no device (never throws).
@@ -34,3 +72,5 @@ inline int device_count() noexcept {
 }  // namespace disagmoe::cuda
 
 #define DISAGMOE_CUDA_CHECK(call) ::disagmoe::cuda::check((call), #call, __FILE__, __LINE__)
+/// Checks the launch of the kernel just enqueued (a bad configuration is reported at launch).
+#define DISAGMOE_CUDA_CHECK_LAUNCH() ::disagmoe::cuda::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)

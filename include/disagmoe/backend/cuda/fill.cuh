@@ -6,6 +6,7 @@
 #pragma once
 
 #include <disagmoe/backend/cuda/check.hpp>
+#include <disagmoe/backend/cuda/cub.cuh>  // first: wraps CUB and Thrust
 
 #include <thrust/device_vector.h>
 #include <thrust/reduce.h>
@@ -19,9 +20,10 @@ namespace disagmoe::cuda {
 /// Sum of 0..n-1 computed on the device (Thrust sequence + reduce on the default stream).
 template <std::integral T>
 T device_iota_sum(std::int64_t n) {
-  thrust::device_vector<T> v(static_cast<std::size_t>(n));
-  thrust::sequence(v.begin(), v.end(), T{0});
-  const T sum = thrust::reduce(v.begin(), v.end(), T{0});
+  namespace thr = THRUST_NS_QUALIFIER;  // wrapped (cub.cuh)
+  thr::device_vector<T> v(static_cast<std::size_t>(n));
+  thr::sequence(v.begin(), v.end(), T{0});
+  const T sum = thr::reduce(v.begin(), v.end(), T{0});
   DISAGMOE_CUDA_CHECK(cudaDeviceSynchronize());
   return sum;
 }
