@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_place: quality and cost of expert placement + token shuffling.
 //
-//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
+//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
 //
 // Quality: synthetic traces shaped like DeepSeek-V3 (256 experts, top-8), Qwen3-30B-A3B
 // (128, top-8), OLMoE (64, top-8) and the paper's top-2 case (128, top-2), at 8/16/32/64
@@ -11,7 +11,8 @@
 // a bound (the in-sample placement, the ceil(k/(E/G)) bound, the best-home bound).
 // Scale: time and peak memory of statistics, placement and shuffling at 1M tokens.
 // Shuffle: per-micro-batch StepShuffle (fast assignment) against the auction on the same
-// micro-batches, tokens per CPU-second and objective ratio.
+// micro-batches, tokens per CPU-second and objective ratio. Stats: coupling statistics
+// at 1M tokens against the previous counting loop and a plain read of the ids.
 #include <disagmoe/placement/correlated.hpp>
 #include <disagmoe/placement/metrics.hpp>
 #include <disagmoe/placement/step_shuffle.hpp>
@@ -284,11 +285,78 @@ void shuffle_speed(std::int64_t tokens, std::int64_t auction_tokens) {
   }
 }
 
+// The counting loop statistics used before (token blocks of 1024, every owned layer
+// per block, upper triangle by min/max), kept here as the in-run peer of --stats.
+void count_token_blocked(const RoutingTrace& chunk, std::vector<std::uint32_t>& co, std::vector<std::uint32_t>& tr,
+                         std::vector<std::uint64_t>& load) {
+  const int L = chunk.layers(), k = chunk.top_k();
+  const std::size_t E = static_cast<std::size_t>(chunk.num_experts());
+  for (std::int64_t t0 = 0; t0 < chunk.tokens(); t0 += 1024) {
+    const std::int64_t t1 = std::min(chunk.tokens(), t0 + 1024);
+    for (int l = 0; l < L; ++l) {
+      std::uint64_t* ld = load.data() + static_cast<std::size_t>(l) * E;
+      std::uint32_t* c = co.data() + static_cast<std::size_t>(l) * E * E;
+      std::uint32_t* r = l + 1 < L ? tr.data() + static_cast<std::size_t>(l) * E * E : nullptr;
+      for (std::int64_t t = t0; t < t1; ++t) {
+        const ExpertId* e = chunk.experts(t, l).data();
+        for (int i = 0; i < k; ++i) {
+          ++ld[e[i]];
+          for (int j = i + 1; j < k; ++j) ++c[std::min(e[i], e[j]) * E + std::max(e[i], e[j])];
+        }
+        if (r != nullptr) {
+          const ExpertId* n = chunk.experts(t, l + 1).data();
+          for (int i = 0; i < k; ++i)
+            for (int j = 0; j < k; ++j) ++r[e[i] * E + n[j]];
+        }
+      }
+    }
+  }
+}
+
+// Coupling statistics at 1M tokens x 32 layers x top-8 (E=256), streamed in 64K-token
+// chunks as the CLI does; peers in the same run: the old token-blocked loop and one
+// read of every id (the memory-traffic floor of any counting method).
+void stats_speed(std::int64_t tokens, int layers) {
+  std::printf("\n## Coupling statistics: %lld tokens x %d layers x top-8, E=256, 64K-token chunks\n\n", static_cast<long long>(tokens), layers);
+  SyntheticTraceSpec s = models(layers)[0].spec;
+  const SyntheticTraceGenerator gen(s);
+  constexpr std::int64_t kChunk = 1 << 16;
+  const std::size_t E = 256;
+  CouplingStats one(layers, 256, 8), two(layers, 256, 8);
+  std::vector<std::uint32_t> co(static_cast<std::size_t>(layers) * E * E), tr(co.size());
+  std::vector<std::uint64_t> load(static_cast<std::size_t>(layers) * E);
+  double t[4][2] = {};
+  std::uint64_t sum = 0;
+  auto timed = [&](int which, auto&& f) {
+    const double w0 = now_s(), c0 = cpu_s();
+    f();
+    t[which][0] += now_s() - w0, t[which][1] += cpu_s() - c0;
+  };
+  for (std::int64_t first = 0; first < tokens; first += kChunk) {
+    const auto chunk = gen.generate(first, std::min(kChunk, tokens - first));
+    timed(0, [&] { for (const auto id : chunk.ids()) sum += id; });
+    timed(1, [&] { count_token_blocked(chunk, co, tr, load); });
+    timed(2, [&] { one.add(chunk, 1); });
+    timed(3, [&] { two.add(chunk, 2); });
+  }
+  bool same = true;
+  for (int l = 0; l + 1 < layers; ++l)
+    for (int a = 0; a < 256; ++a)
+      for (int b = 0; b < 256; ++b)
+        same = same && two.transition(l, a, b) == tr[(static_cast<std::size_t>(l) * E + static_cast<std::size_t>(a)) * E + static_cast<std::size_t>(b)] &&
+               one.transition(l, a, b) == two.transition(l, a, b) && one.co_selection(l, a, b) == two.co_selection(l, a, b);
+  std::printf("| step | wall s | CPU s | CPU s / old loop's |\n|---|---:|---:|---:|\n");
+  const char* names[4] = {"read every id once (memory floor, peer)", "old token-blocked loop, 1 thread (peer)",
+                          "CouplingStats::add, 1 thread", "CouplingStats::add, 2 threads"};
+  for (int i = 0; i < 4; ++i) std::printf("| %s | %.2f | %.2f | %.2f |\n", names[i], t[i][0], t[i][1], t[i][1] / t[1][1]);
+  std::printf("\ncounts identical across the three counters: %s (id checksum %llu)\n", same ? "yes" : "NO", static_cast<unsigned long long>(sum));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
-  bool q = false, sc = false, sw = false, sh = false;
+  bool q = false, sc = false, sw = false, sh = false, st = false;
   std::int64_t tokens = 16384, scale_tokens = 1 << 20;
   int layers = 8, scale_layers = 32;
   for (int i = 1; i < argc; ++i) {
@@ -298,16 +366,17 @@ int main(int argc, char** argv) {
     else if (a == "--scale") sc = true;
     else if (a == "--sweep") sw = true;
     else if (a == "--shuffle") sh = true;
+    else if (a == "--stats") st = true;
     else if (a == "--tokens") tokens = next();
     else if (a == "--layers") layers = static_cast<int>(next());
     else if (a == "--scale-tokens") scale_tokens = next();
     else if (a == "--scale-layers") scale_layers = static_cast<int>(next());
     else {
-      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
       return a == "--help" ? 0 : 2;
     }
   }
-  if (!q && !sc && !sw && !sh) q = sc = sw = sh = true;
+  if (!q && !sc && !sw && !sh && !st) q = sc = sw = sh = st = true;
   if (tokens < 1 || layers < 2 || scale_tokens < 1 || scale_layers < 2) {
     std::fprintf(stderr, "bench_place: --tokens/--scale-tokens >= 1 and --layers/--scale-layers >= 2 expected\n");
     return 2;
@@ -315,6 +384,7 @@ int main(int argc, char** argv) {
   if (q) quality(tokens, layers);
   if (sw) sweep(tokens, layers);
   if (sh) shuffle_speed(1 << 16, 8192);
+  if (st) stats_speed(scale_tokens, scale_layers);
   if (sc) scale(scale_tokens, scale_layers);
   return 0;
 }
