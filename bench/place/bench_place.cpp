@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_place: quality and cost of expert placement + token shuffling.
 //
-//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
+//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
 //
 // Quality: synthetic traces shaped like DeepSeek-V3 (256 experts, top-8), Qwen3-30B-A3B
 // (128, top-8), OLMoE (64, top-8) and the paper's top-2 case (128, top-2), at 8/16/32/64
@@ -13,6 +13,7 @@
 // Shuffle: per-micro-batch StepShuffle (fast assignment) against the auction on the same
 // micro-batches, tokens per CPU-second and objective ratio. Stats: coupling statistics
 // at 1M tokens against the previous counting loop and a plain read of the ids.
+// Planted: correlated placement against the planted placement on dense and sparse kinds.
 #include <disagmoe/placement/correlated.hpp>
 #include <disagmoe/placement/metrics.hpp>
 #include <disagmoe/placement/step_shuffle.hpp>
@@ -285,6 +286,46 @@ void shuffle_speed(std::int64_t tokens, std::int64_t auction_tokens) {
   }
 }
 
+// Quality against the planted placement on planted traces, dense (64 experts top-8,
+// groups of 8) and sparse (128 experts top-2, groups of 2), one node of 8 GPUs; peers:
+// contiguous and EPLB-style packing. The fit objective of each placement shows whether
+// a gap is the optimiser's (lower fit objective than planted) or not.
+void planted_quality(std::int64_t tokens, int layers) {
+  std::printf("\n## Planted traces: correlated placement vs the planted placement, 8 GPUs, fit %lld + eval %lld tokens, %d layers\n\n",
+              static_cast<long long>(tokens), static_cast<long long>(tokens), layers);
+  std::printf("| trace | method | rows removed | of planted's | fit objective / planted's | max/mean load (fit) |\n|---|---|---:|---:|---:|---:|\n");
+  struct Kind {
+    const char* name;
+    int experts, k;
+    double group_prob, skew;
+  };
+  for (const auto& kind : {Kind{"dense E64 k8 skew 1.0", 64, 8, 0.5, 1.0}, Kind{"dense E64 k8 skew 0.3", 64, 8, 0.5, 0.3},
+                           Kind{"sparse E128 k2 gp 0.42 skew 0.3", 128, 2, 0.42, 0.3}, Kind{"sparse E128 k2 gp 0.6 skew 0.5", 128, 2, 0.6, 0.5}}) {
+    SyntheticTraceSpec spec{.layers = layers, .num_experts = kind.experts, .top_k = kind.k, .popularity_skew = kind.skew,
+                            .group_size = kind.k, .group_prob = kind.group_prob, .transition_prob = 0.6, .seed = 2026};
+    const SyntheticTraceGenerator gen(spec);
+    const RoutingTrace fit = gen.generate(0, tokens), eval = gen.generate(tokens, tokens);
+    const CouplingStats fs = CouplingStats::of(fit);
+    const auto w = CouplingWeights::from(fs, 1.0);
+    const Topology topo{8, 8};
+    const auto home = contiguous_homes(eval.tokens(), layers, 8, 4096);
+    const auto planted = planted_placement(gen.planted(), topo);
+    const double pr = evaluate_placement(eval, planted, home).rows_removed_fraction, po = coupling_objective(w, planted, 1.0);
+    auto row = [&](const char* name, const Placement& p) {
+      const double r = evaluate_placement(eval, p, home).rows_removed_fraction;
+      std::printf("| %s | %s | %.1f%% | %.1f%% | %.3f | %.2f |\n", kind.name, name, 100 * r, 100 * r / pr, coupling_objective(w, p, 1.0) / po,
+                  placement_load_ratio(w, p));
+    };
+    row("planted", planted);
+    row("contiguous", contiguous_placement(layers, kind.experts, topo));
+    row("load-balanced (EPLB)", load_balanced_placement(fs, topo));
+    row("correlated (tolerance 0.25)", CorrelatedPlacement({.seed = 1}).fit(fs, topo));
+    CorrelatedPlacementOptions loose{.seed = 1};
+    loose.load_tolerance = 1e9;
+    row("correlated (no load limit)", CorrelatedPlacement(loose).fit(fs, topo));
+  }
+}
+
 // The counting loop statistics used before (token blocks of 1024, every owned layer
 // per block, upper triangle by min/max), kept here as the in-run peer of --stats.
 void count_token_blocked(const RoutingTrace& chunk, std::vector<std::uint32_t>& co, std::vector<std::uint32_t>& tr,
@@ -356,7 +397,7 @@ void stats_speed(std::int64_t tokens, int layers) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
-  bool q = false, sc = false, sw = false, sh = false, st = false;
+  bool q = false, sc = false, sw = false, sh = false, st = false, pl = false;
   std::int64_t tokens = 16384, scale_tokens = 1 << 20;
   int layers = 8, scale_layers = 32;
   for (int i = 1; i < argc; ++i) {
@@ -367,16 +408,17 @@ int main(int argc, char** argv) {
     else if (a == "--sweep") sw = true;
     else if (a == "--shuffle") sh = true;
     else if (a == "--stats") st = true;
+    else if (a == "--planted") pl = true;
     else if (a == "--tokens") tokens = next();
     else if (a == "--layers") layers = static_cast<int>(next());
     else if (a == "--scale-tokens") scale_tokens = next();
     else if (a == "--scale-layers") scale_layers = static_cast<int>(next());
     else {
-      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
       return a == "--help" ? 0 : 2;
     }
   }
-  if (!q && !sc && !sw && !sh && !st) q = sc = sw = sh = st = true;
+  if (!q && !sc && !sw && !sh && !st && !pl) q = sc = sw = sh = st = pl = true;
   if (tokens < 1 || layers < 2 || scale_tokens < 1 || scale_layers < 2) {
     std::fprintf(stderr, "bench_place: --tokens/--scale-tokens >= 1 and --layers/--scale-layers >= 2 expected\n");
     return 2;
@@ -385,6 +427,7 @@ int main(int argc, char** argv) {
   if (sw) sweep(tokens, layers);
   if (sh) shuffle_speed(1 << 16, 8192);
   if (st) stats_speed(scale_tokens, scale_layers);
+  if (pl) planted_quality(tokens, layers);
   if (sc) scale(scale_tokens, scale_layers);
   return 0;
 }
