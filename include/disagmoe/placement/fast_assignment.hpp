@@ -309,33 +309,49 @@ class FastAssigner {
     }
   }
 
-  // Bellman–Ford for longest paths from a virtual source (all dist 0): a relaxation in
-  // the G-th round proves a positive cycle, read off the predecessors (Bellman 1958).
-  // Without one, dist_ are feasible prices: dist[q] >= dist[p] + d[p][q] - tol.
+  // Bellman–Ford for longest paths from a virtual source (all dist 0). Any cycle in the
+  // predecessor graph has positive weight (every link was a strict improvement), so
+  // it is looked for after every round ("walk to root", Cherkassky & Goldberg 1999,
+  // "Negative-cycle detection algorithms"), not only after the G-th: on the shuffle's
+  // bin graphs a cycle shows within a few rounds. Without one, dist_ are feasible
+  // prices: dist[q] >= dist[p] + d[p][q] - tol. O(G^2) per round, G rounds at most.
   bool find_cycle(std::size_t G, double tol) {
     std::fill(dist_.begin(), dist_.end(), 0.0);
     std::fill(pred_.begin(), pred_.end(), -1);
-    std::size_t last = G;
     for (std::size_t round = 0; round < G; ++round) {
-      last = G;
+      bool relaxed = false;
       for (std::size_t p = 0; p < G; ++p)
         for (std::size_t q = 0; q < G; ++q) {
           const double w = d_[p * G + q];
-          if (dist_[p] + w > dist_[q] + tol) dist_[q] = dist_[p] + w, pred_[q] = static_cast<int>(p), last = q;
+          if (dist_[p] + w > dist_[q] + tol) dist_[q] = dist_[p] + w, pred_[q] = static_cast<int>(p), relaxed = true;
         }
-      if (last == G) return false;
+      if (!relaxed) return false;
+      if (pred_cycle(G)) return true;
     }
-    // `last` was relaxed in round G: walking G predecessors back lands on the cycle.
-    std::size_t v = last;
-    for (std::size_t j = 0; j < G; ++j) v = static_cast<std::size_t>(pred_[v]);
-    cycle_.clear();
-    std::size_t u = v;
-    do {
-      cycle_.push_back(u);
-      u = static_cast<std::size_t>(pred_[u]);
-    } while (u != v && cycle_.size() <= G);
-    std::reverse(cycle_.begin(), cycle_.end());  // predecessors run backwards
-    return cycle_.size() >= 2;
+    return pred_cycle(G);
+  }
+
+  // A cycle of the predecessor graph into cycle_ (in edge order p -> q), if any. O(G).
+  bool pred_cycle(std::size_t G) {
+    mark_.assign(G, -1);
+    for (std::size_t s = 0; s < G; ++s) {
+      std::size_t v = s;
+      while (pred_[v] >= 0 && mark_[v] < 0) {
+        mark_[v] = static_cast<int>(s);
+        v = static_cast<std::size_t>(pred_[v]);
+      }
+      if (mark_[v] != static_cast<int>(s)) continue;  // reached a root or an earlier walk
+      if (pred_[v] < 0) continue;
+      cycle_.clear();
+      std::size_t u = v;
+      do {
+        cycle_.push_back(u);
+        u = static_cast<std::size_t>(pred_[u]);
+      } while (u != v);
+      std::reverse(cycle_.begin(), cycle_.end());  // predecessors run backwards
+      return cycle_.size() >= 2;
+    }
+    return false;
   }
 
   // Weak duality with prices pi = dist_ (from the last find_cycle; zero when the repair
@@ -364,7 +380,7 @@ class FastAssigner {
   std::vector<double> d_, dist_, pi_, v1_, v2_, r_;
   std::vector<std::int32_t> b1_, b2_;
   std::vector<std::int32_t> arg_;
-  std::vector<int> pred_;
+  std::vector<int> pred_, mark_;
   std::vector<std::size_t> cycle_;
 };
 
