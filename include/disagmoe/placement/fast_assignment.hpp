@@ -47,10 +47,10 @@ struct FastAssignmentOptions {
   std::int64_t max_cycles = -1;
   /// Compute the weak-duality certificate (one more O(n G) pass); off: upper_bound = +inf.
   bool certify = true;
-  /// Dual coordinate-descent sweeps before a second, priced greedy (0: the plain greedy
-  /// only; -1: 2 sweeps when G <= 16, none above, where they stalled and cost 5x the
-  /// greedy without a better start in bench_place --shuffle). Each sweep costs O(n G)
-  /// plus G order statistics of n values.
+  /// Dual coordinate-descent sweeps before the greedy, which then runs on reduced scores
+  /// (0: plain greedy; -1: 2 sweeps when G <= 16, none above, where they stalled and
+  /// gave a worse start than the plain greedy in bench_place --shuffle). Prices come from an even
+  /// sample of at most 1024 items; each sweep costs O(G) order statistics of those.
   int price_sweeps = -1;
 };
 
@@ -97,23 +97,14 @@ class FastAssigner {
       return rep;
     }
     // Coordinate descent stalls on the non-smooth dual with many bins (G = 64: the
-    // priced greedy was worse than the plain one on DeepSeek-V3-shaped batches), so
-    // both greedy starts run and the better one is repaired.
-    auto value_of = [&](std::span<const std::int32_t> b) {
-      double v = 0;
-      for (std::size_t i = 0; i < n; ++i) v += score[i * G + static_cast<std::size_t>(b[i])];
-      return v;
-    };
-    pi_.assign(G, 0.0);
-    greedy(score, capacity, bin);
-    value = value_of(bin);
+    // priced greedy was worse than the plain one on DeepSeek-V3-shaped batches), hence
+    // no prices there by default; below, it was the better start every time.
     const int sweeps = options_.price_sweeps >= 0 ? options_.price_sweeps : (G <= 16 ? 2 : 0);
-    if (sweeps > 0) {
-      prices(score, capacity, sweeps);
-      alt_.resize(n);
-      greedy(score, capacity, alt_);
-      if (const double v = value_of(alt_); v > value) value = v, std::copy(alt_.begin(), alt_.end(), bin.begin());
-    }
+    pi_.assign(G, 0.0);
+    if (sweeps > 0) prices(score, capacity, sweeps);
+    greedy(score, capacity, bin);
+    value = 0;
+    for (std::size_t i = 0; i < n; ++i) value += score[i * G + static_cast<std::size_t>(bin[i])];
     rep.greedy_value = value;
     repair(score, capacity, bin, value, rep);
     upper_bound = options_.certify ? std::max(bound(score, capacity), value) : std::numeric_limits<double>::infinity();
@@ -155,33 +146,38 @@ class FastAssigner {
     std::size_t open = 0;
     for (std::size_t g = 0; g < G; ++g) open += capacity[g] > 0;
     if (open < 2) return;
-    v1_.resize(n), v2_.resize(n), b1_.resize(n), b2_.resize(n), r_.resize(n);
-    for (std::size_t i = 0; i < n; ++i) top2(score.data() + i * G, capacity, i);
+    // Prices are a property of the score distribution, not of single items: an evenly
+    // strided sample of at most kPriceSample items with proportional capacities gives
+    // nearly the same prices at a fraction of the cost (the repair makes up the rest).
+    const std::size_t stride = (n + kPriceSample - 1) / kPriceSample, m = (n + stride - 1) / stride;
+    v1_.resize(m), v2_.resize(m), b1_.resize(m), b2_.resize(m), r_.resize(m);
+    for (std::size_t j = 0; j < m; ++j) top2(score.data() + j * stride * G, capacity, j);
     for (int sweep = 0; sweep < sweeps; ++sweep)
       for (std::size_t g = 0; g < G; ++g) {
-        const auto cap = static_cast<std::size_t>(capacity[g]);
-        if (cap == 0 || cap == n) continue;
-        for (std::size_t i = 0; i < n; ++i)
-          r_[i] = score[i * G + g] - (b1_[i] == static_cast<std::int32_t>(g) ? v2_[i] : v1_[i]);
+        if (capacity[g] == 0 || capacity[g] == static_cast<std::int64_t>(n)) continue;
+        const auto want = static_cast<double>(capacity[g]) * static_cast<double>(m) / static_cast<double>(n);
+        const auto cap = std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(want)), 1, m - 1);
+        for (std::size_t j = 0; j < m; ++j)
+          r_[j] = score[j * stride * G + g] - (b1_[j] == static_cast<std::int32_t>(g) ? v2_[j] : v1_[j]);
         std::nth_element(r_.begin(), r_.begin() + static_cast<std::ptrdiff_t>(cap - 1), r_.end(), std::greater<>());
         const double a = r_[cap - 1], b = *std::max_element(r_.begin() + static_cast<std::ptrdiff_t>(cap), r_.end());
         const double old = pi_[g];
         pi_[g] = 0.5 * (a + b);
         const auto gi = static_cast<std::int32_t>(g);
-        for (std::size_t i = 0; i < n; ++i) {
-          const double* s = score.data() + i * G;
+        for (std::size_t j = 0; j < m; ++j) {
+          const double* s = score.data() + j * stride * G;
           const double nv = s[g] - pi_[g];
-          if (b1_[i] == gi) {
-            if (nv >= v2_[i]) v1_[i] = nv;
-            else top2(s, capacity, i);
-          } else if (b2_[i] == gi) {
-            if (nv > v1_[i]) b2_[i] = b1_[i], v2_[i] = v1_[i], b1_[i] = gi, v1_[i] = nv;
-            else if (pi_[g] <= old) v2_[i] = nv;  // rose: still second
-            else top2(s, capacity, i);            // fell: a third bin may overtake
-          } else if (nv > v1_[i]) {
-            b2_[i] = b1_[i], v2_[i] = v1_[i], b1_[i] = gi, v1_[i] = nv;
-          } else if (nv > v2_[i]) {
-            b2_[i] = gi, v2_[i] = nv;
+          if (b1_[j] == gi) {
+            if (nv >= v2_[j]) v1_[j] = nv;
+            else top2(s, capacity, j);
+          } else if (b2_[j] == gi) {
+            if (nv > v1_[j]) b2_[j] = b1_[j], v2_[j] = v1_[j], b1_[j] = gi, v1_[j] = nv;
+            else if (pi_[g] <= old) v2_[j] = nv;  // rose: still second
+            else top2(s, capacity, j);            // fell: a third bin may overtake
+          } else if (nv > v1_[j]) {
+            b2_[j] = b1_[j], v2_[j] = v1_[j], b1_[j] = gi, v1_[j] = nv;
+          } else if (nv > v2_[j]) {
+            b2_[j] = gi, v2_[j] = nv;
           }
         }
       }
@@ -372,11 +368,13 @@ class FastAssigner {
     return ub;
   }
 
+  static constexpr std::size_t kPriceSample = 1024;
+
   FastAssignmentOptions options_;
   std::vector<std::uint64_t> key_;
   std::vector<std::int64_t> left_;
   std::vector<std::vector<std::int32_t>> members_;
-  std::vector<std::int32_t> pos_, moved_, alt_;
+  std::vector<std::int32_t> pos_, moved_;
   std::vector<double> d_, dist_, pi_, v1_, v2_, r_;
   std::vector<std::int32_t> b1_, b2_;
   std::vector<std::int32_t> arg_;
