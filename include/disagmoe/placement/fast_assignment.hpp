@@ -76,8 +76,30 @@ class FastAssigner {
   /// and sum to n. Returns value and certificate in `out` (out.bin is left untouched
   /// when `bin` is given separately). Throws ConfigError on bad sizes or capacities.
   /// Complexity: O(n log n + n G + cycles * (n + G^2) + G^3); memory O(n + G^2).
+  /// `warm` (optional, size G): bin prices to start the greedy from instead of the
+  /// price sweeps when `warm_valid`; when the repair ends at a proven optimum they are
+  /// overwritten with its optimal prices (the longest-path distances), and the call
+  /// returns with warm_valid true. A caller solving a stream of similar batches (the
+  /// micro-batches of one layer) passes the same buffer each time: the next greedy then
+  /// starts from prices that were optimal for the previous batch.
+  FastAssignmentReport assign(std::span<const double> score, std::span<const std::int64_t> capacity,
+                              std::span<std::int32_t> bin, double& value, double& upper_bound, std::span<double> warm,
+                              bool& warm_valid) {
+    const auto rep = assign_impl(score, capacity, bin, value, upper_bound, warm.size() == capacity.size() && warm_valid ? warm : std::span<double>{});
+    warm_valid = warm.size() == capacity.size() && rep.optimal && dist_.size() == capacity.size();
+    if (warm_valid) std::copy(dist_.begin(), dist_.end(), warm.begin());
+    return rep;
+  }
+
   FastAssignmentReport assign(std::span<const double> score, std::span<const std::int64_t> capacity,
                               std::span<std::int32_t> bin, double& value, double& upper_bound) {
+    return assign_impl(score, capacity, bin, value, upper_bound, {});
+  }
+
+ private:
+  FastAssignmentReport assign_impl(std::span<const double> score, std::span<const std::int64_t> capacity,
+                                   std::span<std::int32_t> bin, double& value, double& upper_bound,
+                                   std::span<const double> warm) {
     const std::size_t G = capacity.size();
     expect(G >= 1, "capacity.size()", G, ">= 1 bin");
     expect(score.size() % G == 0, "score.size()", score.size(), "a multiple of the bin count (" + std::to_string(G) + ")");
@@ -101,7 +123,8 @@ class FastAssigner {
     // no prices there by default; below, it was the better start every time.
     const int sweeps = options_.price_sweeps >= 0 ? options_.price_sweeps : (G <= 16 ? 2 : 0);
     pi_.assign(G, 0.0);
-    if (sweeps > 0) prices(score, capacity, sweeps);
+    if (!warm.empty()) std::copy(warm.begin(), warm.end(), pi_.begin());
+    else if (sweeps > 0) prices(score, capacity, sweeps);
     greedy(score, capacity, bin);
     value = 0;
     for (std::size_t i = 0; i < n; ++i) value += score[i * G + static_cast<std::size_t>(bin[i])];
@@ -111,6 +134,7 @@ class FastAssigner {
     return rep;
   }
 
+ public:
   /// As above, returning a BalancedAssignment like balanced_assignment().
   BalancedAssignment assign(std::span<const double> score, std::span<const std::int64_t> capacity,
                             FastAssignmentReport* report = nullptr) {

@@ -16,6 +16,7 @@
 #include <disagmoe/placement/routing_trace.hpp>
 #include <disagmoe/placement/token_shuffle.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -32,11 +33,19 @@ struct StepShuffleResult {
 
 /// Per-micro-batch shuffle over a fitted TokenShuffle (which it references: keep the
 /// predictor alive). Not thread-safe (one per thread: it owns the solver's buffers).
+/// With `warm_start`, each layer keeps the optimal bin prices of its last micro-batch
+/// and the next micro-batch's greedy starts from them (micro-batches of one layer are
+/// draws from one distribution, so yesterday's optimal prices are nearly today's).
 class StepShuffle {
  public:
   /// Uses `predictor`'s placement and predictions; `options` tunes the fast solver.
-  explicit StepShuffle(const TokenShuffle& predictor, FastAssignmentOptions options = {})
-      : predictor_(predictor), solver_(options) {}
+  explicit StepShuffle(const TokenShuffle& predictor, FastAssignmentOptions options = {}, bool warm_start = true)
+      : predictor_(predictor), solver_(options), warm_start_(warm_start),
+        prices_(static_cast<std::size_t>(predictor.placement().layers()) * static_cast<std::size_t>(predictor.placement().topology().gpus), 0.0),
+        valid_(static_cast<std::size_t>(predictor.placement().layers()), 0) {}
+
+  /// Forgets the warm prices (e.g. after the placement or the routing changed). O(1).
+  void reset_prices() { std::fill(valid_.begin(), valid_.end(), 0); }
 
   /// Homes at layer `l` (1 <= l < layers) of the n tokens whose layer-(l-1) experts are
   /// `prev` (n * top_k ids, [token][slot], top_k the trace's), with exactly
@@ -64,7 +73,11 @@ class StepShuffle {
       predictor_.add_scores(l, prev.subspan(i * static_cast<std::size_t>(top_k), static_cast<std::size_t>(top_k)),
                             score_.data() + i * static_cast<std::size_t>(G));
     StepShuffleResult r;
-    r.report = solver_.assign(score_, capacity, home, r.score, r.score_bound);
+    const auto ul = static_cast<std::size_t>(l);
+    std::span<double> warm(prices_.data() + ul * static_cast<std::size_t>(G), static_cast<std::size_t>(G));
+    bool valid = warm_start_ && valid_[ul] != 0;
+    r.report = solver_.assign(score_, capacity, home, r.score, r.score_bound, warm, valid);
+    valid_[ul] = warm_start_ && valid;
     return r;
   }
 
@@ -82,6 +95,9 @@ class StepShuffle {
  private:
   const TokenShuffle& predictor_;
   FastAssigner solver_;
+  bool warm_start_;
+  std::vector<double> prices_;  // [layer][gpu], optimal for the layer's last micro-batch
+  std::vector<char> valid_;     // [layer]: prices_ usable
   std::vector<double> score_;
   std::vector<std::int64_t> cap_;
 };
