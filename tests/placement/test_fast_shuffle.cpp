@@ -185,10 +185,11 @@ TEST_CASE("StepShuffle per micro-batch: balanced, causal, within 1% of the aucti
       const auto eval = planted(seed, 4000, T, c.experts, c.k);
       const TokenShuffle oracle(stats, p, {.batch_tokens = batch});
       const auto want = oracle.assign(eval);
-      // Cold (no warm prices) gives the whole-trace form's homes exactly; warm reaches
-      // the same optimum from the previous micro-batch's prices.
+      // Warm (the default) gives the whole-trace form's homes exactly (same prices, same
+      // order); cold reaches the same optimum without them.
       StepShuffle step(oracle, {}, false), warm(oracle);
       double warm_score = 0;
+      std::vector<std::int32_t> warm_homes(static_cast<std::size_t>(T) * 4, 0);
       // Below 17 GPUs the greedy runs on priced scores: alone (no repair) it must already
       // be within 1% of the optimum, which bad prices would not give.
       StepShuffle greedy_only(oracle, {.max_cycles = 0});
@@ -202,7 +203,7 @@ TEST_CASE("StepShuffle per micro-batch: balanced, causal, within 1% of the aucti
             for (const auto e : eval.experts(t, l - 1)) prev.push_back(e);
           std::span<std::int32_t> out(home.data() + static_cast<std::size_t>(l * T + first), static_cast<std::size_t>(n));
           const auto r = step.homes(l, prev, c.k, out);
-          std::vector<std::int32_t> warm_home(static_cast<std::size_t>(n));
+          std::span<std::int32_t> warm_home(warm_homes.data() + static_cast<std::size_t>(l * T + first), static_cast<std::size_t>(n));
           const auto rw = warm.homes(l, prev, c.k, warm_home);
           CHECK(rw.report.optimal);
           warm_score += rw.score;
@@ -225,7 +226,7 @@ TEST_CASE("StepShuffle per micro-batch: balanced, causal, within 1% of the aucti
       o.method = ShuffleMethod::kFast;
       const auto whole = TokenShuffle(stats, p, o).assign(eval);
       CHECK(whole.score == doctest::Approx(got_score).epsilon(1e-12));
-      CHECK(std::equal(whole.home.begin() + T, whole.home.end(), home.begin() + T));
+      CHECK(std::equal(whole.home.begin() + T, whole.home.end(), warm_homes.begin() + T));
       // Causality of the whole-trace form: changing layer-2 routing moves no home at layers 0..2.
       std::vector<ExpertId> ids(eval.ids().begin(), eval.ids().end());
       for (std::int64_t t = 0; t < T; ++t)

@@ -93,7 +93,9 @@ class TokenShuffle {
     std::vector<std::int64_t> cap(static_cast<std::size_t>(G));
     FastAssigner fast(options_.fast);
     std::vector<std::int32_t> bin;
+    std::vector<double> warm(static_cast<std::size_t>(G));  // as StepShuffle: each layer's last optimal prices
     for (int l = 1; l < L; ++l) {
+      bool warm_valid = false;
       for (std::int64_t first = 0; first < T; first += batch) {
         const std::int64_t n = std::min(batch, T - first);
         // Capacities equal the contiguous shard sizes: every GPU keeps its share.
@@ -104,7 +106,7 @@ class TokenShuffle {
         double value = 0, bound = 0;
         if (options_.method == ShuffleMethod::kFast) {
           bin.resize(static_cast<std::size_t>(n));
-          fast.assign(score, cap, bin, value, bound);
+          fast.assign(score, cap, bin, value, bound, warm, warm_valid);
         } else {
           auto a = balanced_assignment(score, cap, options_.final_epsilon);
           bin = std::move(a.bin);
