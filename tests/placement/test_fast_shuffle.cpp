@@ -192,7 +192,8 @@ TEST_CASE("StepShuffle per micro-batch: balanced, causal, within 1% of the aucti
       std::vector<std::int32_t> warm_homes(static_cast<std::size_t>(T) * 4, 0);
       // Below 17 GPUs the greedy runs on priced scores: alone (no repair) it must already
       // be within 1% of the optimum, which bad prices would not give.
-      StepShuffle greedy_only(oracle, {.max_cycles = 0});
+      StepShuffle greedy_only(oracle, {.max_cycles = 0}, false), warm_greedy(oracle, {.max_cycles = 0});
+      double warm_greedy_score = 0;
       std::vector<std::int32_t> home(static_cast<std::size_t>(T) * 4, 0), greedy_home(static_cast<std::size_t>(batch));
       double got_score = 0, greedy_score = 0;
       for (int l = 1; l < 4; ++l)
@@ -207,6 +208,9 @@ TEST_CASE("StepShuffle per micro-batch: balanced, causal, within 1% of the aucti
           const auto rw = warm.homes(l, prev, c.k, warm_home);
           CHECK(rw.report.optimal);
           warm_score += rw.score;
+          const auto rg = warm_greedy.homes(l, prev, c.k, std::span<std::int32_t>(greedy_home.data(), static_cast<std::size_t>(n)));
+          if (first == 0) CHECK(rg.report.optimal);  // a layer's first micro-batch is solved exactly
+          warm_greedy_score += rg.score;
           greedy_score += greedy_only.homes(l, prev, c.k, std::span<std::int32_t>(greedy_home.data(), static_cast<std::size_t>(n))).score;
           CHECK(r.report.optimal);
           CHECK(r.score <= r.score_bound + 1e-6 * r.score_bound);
@@ -221,6 +225,8 @@ TEST_CASE("StepShuffle per micro-batch: balanced, causal, within 1% of the aucti
       CHECK(greedy_score <= got_score * (1 + 1e-12));
       CHECK(warm_score == doctest::Approx(got_score).epsilon(1e-9));
       if (c.gpus <= 16) CHECK(greedy_score >= 0.99 * got_score);
+      if (c.gpus <= 16) CHECK(warm_greedy_score >= 0.99 * got_score);
+      CHECK(warm_greedy_score <= got_score * (1 + 1e-12));
       // The whole-trace form with the fast method gives the same homes as per-batch calls.
       TokenShuffleOptions o{.batch_tokens = batch};
       o.method = ShuffleMethod::kFast;

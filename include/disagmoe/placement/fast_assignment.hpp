@@ -76,18 +76,32 @@ class FastAssigner {
   /// and sum to n. Returns value and certificate in `out` (out.bin is left untouched
   /// when `bin` is given separately). Throws ConfigError on bad sizes or capacities.
   /// Complexity: O(n log n + n G + cycles * (n + G^2) + G^3); memory O(n + G^2).
-  /// `warm` (optional, size G): bin prices to start the greedy from instead of the
-  /// price sweeps when `warm_valid`; when the repair ends at a proven optimum they are
-  /// overwritten with its optimal prices (the longest-path distances), and the call
-  /// returns with warm_valid true. A caller solving a stream of similar batches (the
-  /// micro-batches of one layer) passes the same buffer each time: the next greedy then
-  /// starts from prices that were optimal for the previous batch.
+  /// `warm` (size G): bin prices to start the greedy from instead of the price sweeps
+  /// when `warm_valid`. Without valid prices the repair runs to the optimum whatever
+  /// max_cycles says, to obtain them. When the repair ends at a proven optimum the
+  /// buffer is overwritten with its optimal prices (the longest-path distances) and
+  /// warm_valid set; a bounded repair that stops early leaves valid prices as they were.
+  /// A caller solving a stream of similar batches (the micro-batches of one layer)
+  /// passes the same buffer each time: the next greedy starts from prices that were
+  /// optimal for an earlier batch.
   FastAssignmentReport assign(std::span<const double> score, std::span<const std::int64_t> capacity,
                               std::span<std::int32_t> bin, double& value, double& upper_bound, std::span<double> warm,
                               bool& warm_valid) {
-    const auto rep = assign_impl(score, capacity, bin, value, upper_bound, warm.size() == capacity.size() && warm_valid ? warm : std::span<double>{});
-    warm_valid = warm.size() == capacity.size() && rep.optimal && dist_.size() == capacity.size();
-    if (warm_valid) std::copy(dist_.begin(), dist_.end(), warm.begin());
+    expect(warm.size() == capacity.size(), "warm.size()", warm.size(), "the bin count (" + std::to_string(capacity.size()) + ")");
+    const std::int64_t bound = options_.max_cycles;
+    if (!warm_valid) options_.max_cycles = -1;
+    FastAssignmentReport rep;
+    try {
+      rep = assign_impl(score, capacity, bin, value, upper_bound, warm_valid ? warm : std::span<double>{});
+    } catch (...) {
+      options_.max_cycles = bound;
+      throw;
+    }
+    options_.max_cycles = bound;
+    if (rep.optimal && dist_.size() == capacity.size()) {
+      std::copy(dist_.begin(), dist_.end(), warm.begin());
+      warm_valid = true;
+    }
     return rep;
   }
 

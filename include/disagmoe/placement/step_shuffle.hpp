@@ -34,8 +34,10 @@ struct StepShuffleResult {
 /// Per-micro-batch shuffle over a fitted TokenShuffle (which it references: keep the
 /// predictor alive). Not thread-safe (one per thread: it owns the solver's buffers).
 /// With `warm_start`, each layer keeps the optimal bin prices of its last micro-batch
-/// and the next micro-batch's greedy starts from them (micro-batches of one layer are
-/// draws from one distribution, so yesterday's optimal prices are nearly today's).
+/// solved to optimality and the next micro-batch's greedy starts from them
+/// (micro-batches of one layer are draws from one distribution, so earlier optimal
+/// prices are nearly today's); the first micro-batch of a layer is solved to the
+/// optimum whatever FastAssignmentOptions::max_cycles says, to obtain them.
 class StepShuffle {
  public:
   /// Uses `predictor`'s placement and predictions; `options` tunes the fast solver.
@@ -75,9 +77,13 @@ class StepShuffle {
     StepShuffleResult r;
     const auto ul = static_cast<std::size_t>(l);
     std::span<double> warm(prices_.data() + ul * static_cast<std::size_t>(G), static_cast<std::size_t>(G));
-    bool valid = warm_start_ && valid_[ul] != 0;
+    if (!warm_start_) {
+      r.report = solver_.assign(score_, capacity, home, r.score, r.score_bound);
+      return r;
+    }
+    bool valid = valid_[ul] != 0;
     r.report = solver_.assign(score_, capacity, home, r.score, r.score_bound, warm, valid);
-    valid_[ul] = warm_start_ && valid;
+    valid_[ul] = valid;
     return r;
   }
 
