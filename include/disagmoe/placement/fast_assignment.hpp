@@ -47,10 +47,10 @@ struct FastAssignmentOptions {
   std::int64_t max_cycles = -1;
   /// Compute the weak-duality certificate (one more O(n G) pass); off: upper_bound = +inf.
   bool certify = true;
-  /// Dual coordinate-descent sweeps before the greedy, which then runs on reduced scores
-  /// (0: plain greedy; -1: 2 sweeps when G <= 16, none above, where they stalled and
-  /// gave a worse start than the plain greedy in bench_place --shuffle). Prices come from an even
-  /// sample of at most 1024 items; each sweep costs O(G) order statistics of those.
+  /// Dual coordinate-descent sweeps before the greedy, which then runs on reduced
+  /// scores (0: plain greedy; -1: 2 sweeps when G <= 16, none above, where they stalled
+  /// and gave a worse start than the plain greedy in bench_place --shuffle). Prices come
+  /// from an even sample of at most 1024 items; each sweep costs G order statistics.
   int price_sweeps = -1;
 };
 
@@ -71,19 +71,25 @@ class FastAssigner {
            "-1 (auto) or 0 <= sweeps <= 1000");
   }
 
-  /// Maximises sum_i score[i*G + bin[i]] with exactly capacity[g] items in bin g and
-  /// writes `bin` (size n). `score` is n x G row-major and finite; capacities are >= 0
-  /// and sum to n. Returns value and certificate in `out` (out.bin is left untouched
-  /// when `bin` is given separately). Throws ConfigError on bad sizes or capacities.
-  /// Complexity: O(n log n + n G + cycles * (n + G^2) + G^3); memory O(n + G^2).
-  /// `warm` (size G): bin prices to start the greedy from instead of the price sweeps
-  /// when `warm_valid`. Without valid prices the repair runs to the optimum whatever
-  /// max_cycles says, to obtain them. When the repair ends at a proven optimum the
-  /// buffer is overwritten with its optimal prices (the longest-path distances) and
+  /// Maximises sum_i score[i*G + bin[i]] with exactly capacity[g] items in bin g:
+  /// writes `bin` (size n), `value` (that sum) and `upper_bound` (the weak-duality
+  /// certificate; +inf without `certify`). `score` is n x G row-major and finite;
+  /// capacities are >= 0 and sum to n. Throws ConfigError on bad sizes or capacities.
+  /// Complexity: O(n log n + n G + cycles * (n + G^2) + G^3 per cycle search);
+  /// memory O(n + G^2).
+  FastAssignmentReport assign(std::span<const double> score, std::span<const std::int64_t> capacity,
+                              std::span<std::int32_t> bin, double& value, double& upper_bound) {
+    return assign_impl(score, capacity, bin, value, upper_bound, {});
+  }
+
+  /// As above, with `warm` (size G): bin prices to start the greedy from instead of the
+  /// price sweeps when `warm_valid`. Without valid prices the repair runs to the optimum
+  /// whatever max_cycles says, to obtain them. When the repair ends at a proven optimum
+  /// the buffer is overwritten with its optimal prices (the longest-path distances) and
   /// warm_valid set; a bounded repair that stops early leaves valid prices as they were.
   /// A caller solving a stream of similar batches (the micro-batches of one layer)
   /// passes the same buffer each time: the next greedy starts from prices that were
-  /// optimal for an earlier batch.
+  /// optimal for an earlier batch. Throws ConfigError also on a warm size != G.
   FastAssignmentReport assign(std::span<const double> score, std::span<const std::int64_t> capacity,
                               std::span<std::int32_t> bin, double& value, double& upper_bound, std::span<double> warm,
                               bool& warm_valid) {
@@ -103,11 +109,6 @@ class FastAssigner {
       warm_valid = true;
     }
     return rep;
-  }
-
-  FastAssignmentReport assign(std::span<const double> score, std::span<const std::int64_t> capacity,
-                              std::span<std::int32_t> bin, double& value, double& upper_bound) {
-    return assign_impl(score, capacity, bin, value, upper_bound, {});
   }
 
  private:
