@@ -46,7 +46,10 @@ class StepShuffle {
         prices_(static_cast<std::size_t>(predictor.placement().layers()) * static_cast<std::size_t>(predictor.placement().topology().gpus), 0.0),
         valid_(static_cast<std::size_t>(predictor.placement().layers()), 0) {}
 
-  /// Forgets the warm prices (e.g. after the placement or the routing changed). O(1).
+  /// A temporary predictor would dangle: bind a named one.
+  StepShuffle(TokenShuffle&&, FastAssignmentOptions = {}, bool = true) = delete;
+
+  /// Forgets the warm prices (e.g. after the placement or the routing changed). O(layers).
   void reset_prices() { std::fill(valid_.begin(), valid_.end(), 0); }
 
   /// Homes at layer `l` (1 <= l < layers) of the n tokens whose layer-(l-1) experts are
