@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_place: quality and cost of expert placement + token shuffling.
 //
-//   bench_place [--quality] [--sweep] [--scale] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
+//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
 //
 // Quality: synthetic traces shaped like DeepSeek-V3 (256 experts, top-8), Qwen3-30B-A3B
 // (128, top-8), OLMoE (64, top-8) and the paper's top-2 case (128, top-2), at 8/16/32/64
@@ -10,8 +10,13 @@
 // and with token shuffling, cross-node share of rows, max/mean GPU load, and how far from
 // a bound (the in-sample placement, the ceil(k/(E/G)) bound, the best-home bound).
 // Scale: time and peak memory of statistics, placement and shuffling at 1M tokens.
+// Shuffle: per-micro-batch StepShuffle (fast assignment) against the auction on the same
+// micro-batches, tokens per CPU-second and objective ratio. Stats: coupling statistics
+// at 1M tokens against the previous counting loop and a plain read of the ids.
+// Planted: correlated placement against the planted placement on dense and sparse kinds.
 #include <disagmoe/placement/correlated.hpp>
 #include <disagmoe/placement/metrics.hpp>
+#include <disagmoe/placement/step_shuffle.hpp>
 #include <disagmoe/placement/token_shuffle.hpp>
 
 #include <chrono>
@@ -33,6 +38,12 @@ double now_s() {
 
 // CPU seconds of the whole process (all threads): on a shared, loaded machine wall time
 // overstates the cost; both are printed.
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 double cpu_s() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -210,11 +221,186 @@ void scale(std::int64_t tokens, int layers) {
   }
 }
 
+// Per-micro-batch shuffle speed and quality: DeepSeek-V3 shape (E=256, k=8), 4 layers,
+// correlated placement; micro-batches of 4096 tokens at layers 1..3. Both methods see
+// the same micro-batches (the auction only the first `auction_tokens`, it is ~1000x
+// slower); tokens/s counts one token at one layer, scoring included, on one thread.
+void shuffle_speed(std::int64_t tokens, std::int64_t auction_tokens) {
+  std::printf("\n## Per-micro-batch token shuffle: fast (greedy by regret + cycle repair) vs auction, E=256 k=8, 4096-token micro-batches\n\n");
+  std::printf("| G | method | token-layers | CPU s | wall s | tokens/s per core | objective / auction's | objective / optimum, all tokens | gap to own bound | cycles per batch | optimal batches |\n");
+  std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  const int layers = 4;
+  constexpr std::int64_t kBatch = 4096;
+  SyntheticTraceSpec s = models(layers)[0].spec;
+  const SyntheticTraceGenerator gen(s);
+  const RoutingTrace fit = gen.generate(0, 65536), eval = gen.generate(65536, tokens);
+  const CouplingStats fs = CouplingStats::of(fit);
+  for (const int G : {8, 64}) {
+    const Topology topo{G, 8};
+    const auto corr = CorrelatedPlacement({.seed = 1}).fit(fs, topo);
+    const TokenShuffle predictor(fs, corr, {.batch_tokens = kBatch});
+    auto run_fast = [&](std::int64_t upto, double& score, double& bound, std::int64_t& cycles, std::int64_t& optimal, std::int64_t& batches,
+                        FastAssignmentOptions fo, bool warm) {
+      StepShuffle step(predictor, fo, warm);
+      std::vector<ExpertId> prev;
+      std::vector<std::int32_t> home(static_cast<std::size_t>(kBatch));
+      score = bound = 0;
+      cycles = optimal = batches = 0;
+      for (int l = 1; l < layers; ++l)
+        for (std::int64_t first = 0; first < upto; first += kBatch) {
+          const std::int64_t n = std::min(kBatch, upto - first);
+          // The runtime hands over the micro-batch's ids contiguously: gather them first
+          // (outside the timed region would flatter; it is inside, and cheap).
+          prev.clear();
+          for (std::int64_t t = first; t < first + n; ++t)
+            for (const auto e : eval.experts(t, l - 1)) prev.push_back(e);
+          const auto r = step.homes(l, prev, 8, std::span<std::int32_t>(home.data(), static_cast<std::size_t>(n)));
+          score += r.score, bound += r.score_bound, cycles += r.report.cycles, optimal += r.report.optimal, ++batches;
+        }
+    };
+    const RoutingTrace head = gen.generate(65536, auction_tokens);
+    double w0 = now_s(), c0 = thread_cpu_s();
+    const auto auction = TokenShuffle(fs, corr, {.batch_tokens = kBatch}).assign(head);
+    const double auc_cpu = thread_cpu_s() - c0, auc_wall = now_s() - w0;
+    const double fast_tl = static_cast<double>(tokens) * (layers - 1), auc_tl = static_cast<double>(auction_tokens) * (layers - 1);
+    double fast_rate = 0, optimum = 0;
+    for (const auto& [max_cycles, warm] : {std::pair{std::int64_t{-1}, true}, std::pair{std::int64_t{-1}, false}, std::pair{std::int64_t{0}, true},
+                                           std::pair{std::int64_t{G}, true}, std::pair{std::int64_t{0}, false},
+                                           std::pair{std::int64_t{G}, false}, std::pair{std::int64_t{4 * G}, false}}) {
+      double fs_score = 0, fs_bound = 0, fa_score = 0, fa_bound = 0;
+      std::int64_t cyc = 0, opt = 0, nb = 0, c2 = 0, o2 = 0, n2 = 0;
+      const FastAssignmentOptions fo{.max_cycles = max_cycles, .certify = max_cycles < 0};
+      // Fast on the auction's tokens (objective ratio), then on all tokens (speed).
+      run_fast(auction_tokens, fa_score, fa_bound, c2, o2, n2, fo, warm);
+      w0 = now_s(), c0 = thread_cpu_s();
+      run_fast(tokens, fs_score, fs_bound, cyc, opt, nb, fo, warm);
+      const double fast_cpu = thread_cpu_s() - c0, fast_wall = now_s() - w0;
+      if (max_cycles < 0 && warm) fast_rate = fast_tl / fast_cpu, optimum = fs_score;
+      char name[96];
+      if (max_cycles < 0) std::snprintf(name, sizeof name, "fast, repair to optimum, %s", warm ? "warm prices" : "cold");
+      else std::snprintf(name, sizeof name, "fast, %s, at most %lld repair cycles", warm ? "warm" : "cold", static_cast<long long>(max_cycles));
+      std::printf("| %d | %s | %.0f | %.3f | %.3f | %.3g | %.6f | %.6f | %.1e | %.1f | %lld/%lld |\n", G, name, fast_tl, fast_cpu, fast_wall,
+                  fast_tl / fast_cpu, fa_score / auction.score, fs_score / optimum, max_cycles < 0 ? (fs_bound - fs_score) / fs_bound : 0.0,
+                  static_cast<double>(cyc) / static_cast<double>(nb), static_cast<long long>(opt), static_cast<long long>(nb));
+    }
+    std::printf("| %d | auction (TokenShuffle, eps 1e-4) | %.0f | %.3f | %.3f | %.3g | 1 | | %.1e | | |\n", G, auc_tl, auc_cpu, auc_wall,
+                auc_tl / auc_cpu, (auction.score_bound - auction.score) / auction.score_bound);
+    std::printf("|   fast (to optimum, warm) / auction speed: %.1fx (CPU) | | | | | | | | | | |\n", fast_rate / (auc_tl / auc_cpu));
+  }
+}
+
+// Quality against the planted placement on planted traces, dense (64 experts top-8,
+// groups of 8) and sparse (128 experts top-2, groups of 2), one node of 8 GPUs; peers:
+// contiguous and EPLB-style packing. The fit objective of each placement shows whether
+// a gap is the optimiser's (lower fit objective than planted) or not.
+void planted_quality(std::int64_t tokens, int layers) {
+  std::printf("\n## Planted traces: correlated placement vs the planted placement, 8 GPUs, fit %lld + eval %lld tokens, %d layers\n\n",
+              static_cast<long long>(tokens), static_cast<long long>(tokens), layers);
+  std::printf("| trace | method | rows removed | of planted's | fit objective / planted's | max/mean load (fit) |\n|---|---|---:|---:|---:|---:|\n");
+  struct Kind {
+    const char* name;
+    int experts, k;
+    double group_prob, skew;
+  };
+  for (const auto& kind : {Kind{"dense E64 k8 skew 1.0", 64, 8, 0.5, 1.0}, Kind{"dense E64 k8 skew 0.3", 64, 8, 0.5, 0.3},
+                           Kind{"sparse E128 k2 gp 0.42 skew 0.3", 128, 2, 0.42, 0.3}, Kind{"sparse E128 k2 gp 0.6 skew 0.5", 128, 2, 0.6, 0.5}}) {
+    SyntheticTraceSpec spec{.layers = layers, .num_experts = kind.experts, .top_k = kind.k, .popularity_skew = kind.skew,
+                            .group_size = kind.k, .group_prob = kind.group_prob, .transition_prob = 0.6, .seed = 2026};
+    const SyntheticTraceGenerator gen(spec);
+    const RoutingTrace fit = gen.generate(0, tokens), eval = gen.generate(tokens, tokens);
+    const CouplingStats fs = CouplingStats::of(fit);
+    const auto w = CouplingWeights::from(fs, 1.0);
+    const Topology topo{8, 8};
+    const auto home = contiguous_homes(eval.tokens(), layers, 8, 4096);
+    const auto planted = planted_placement(gen.planted(), topo);
+    const double pr = evaluate_placement(eval, planted, home).rows_removed_fraction, po = coupling_objective(w, planted, 1.0);
+    auto row = [&](const char* name, const Placement& p) {
+      const double r = evaluate_placement(eval, p, home).rows_removed_fraction;
+      std::printf("| %s | %s | %.1f%% | %.1f%% | %.3f | %.2f |\n", kind.name, name, 100 * r, 100 * r / pr, coupling_objective(w, p, 1.0) / po,
+                  placement_load_ratio(w, p));
+    };
+    row("planted", planted);
+    row("contiguous", contiguous_placement(layers, kind.experts, topo));
+    row("load-balanced (EPLB)", load_balanced_placement(fs, topo));
+    row("correlated (tolerance 0.25)", CorrelatedPlacement({.seed = 1}).fit(fs, topo));
+    CorrelatedPlacementOptions loose{.seed = 1};
+    loose.load_tolerance = 1e9;
+    row("correlated (no load limit)", CorrelatedPlacement(loose).fit(fs, topo));
+  }
+}
+
+// The counting loop statistics used before (token blocks of 1024, every owned layer
+// per block, upper triangle by min/max), kept here as the in-run peer of --stats.
+void count_token_blocked(const RoutingTrace& chunk, std::vector<std::uint32_t>& co, std::vector<std::uint32_t>& tr,
+                         std::vector<std::uint64_t>& load) {
+  const int L = chunk.layers(), k = chunk.top_k();
+  const std::size_t E = static_cast<std::size_t>(chunk.num_experts());
+  for (std::int64_t t0 = 0; t0 < chunk.tokens(); t0 += 1024) {
+    const std::int64_t t1 = std::min(chunk.tokens(), t0 + 1024);
+    for (int l = 0; l < L; ++l) {
+      std::uint64_t* ld = load.data() + static_cast<std::size_t>(l) * E;
+      std::uint32_t* c = co.data() + static_cast<std::size_t>(l) * E * E;
+      std::uint32_t* r = l + 1 < L ? tr.data() + static_cast<std::size_t>(l) * E * E : nullptr;
+      for (std::int64_t t = t0; t < t1; ++t) {
+        const ExpertId* e = chunk.experts(t, l).data();
+        for (int i = 0; i < k; ++i) {
+          ++ld[e[i]];
+          for (int j = i + 1; j < k; ++j) ++c[std::min(e[i], e[j]) * E + std::max(e[i], e[j])];
+        }
+        if (r != nullptr) {
+          const ExpertId* n = chunk.experts(t, l + 1).data();
+          for (int i = 0; i < k; ++i)
+            for (int j = 0; j < k; ++j) ++r[e[i] * E + n[j]];
+        }
+      }
+    }
+  }
+}
+
+// Coupling statistics at 1M tokens x 32 layers x top-8 (E=256), streamed in 64K-token
+// chunks as the CLI does; peers in the same run: the old token-blocked loop and one
+// read of every id (the memory-traffic floor of any counting method).
+void stats_speed(std::int64_t tokens, int layers) {
+  std::printf("\n## Coupling statistics: %lld tokens x %d layers x top-8, E=256, 64K-token chunks\n\n", static_cast<long long>(tokens), layers);
+  SyntheticTraceSpec s = models(layers)[0].spec;
+  const SyntheticTraceGenerator gen(s);
+  constexpr std::int64_t kChunk = 1 << 16;
+  const std::size_t E = 256;
+  CouplingStats one(layers, 256, 8), two(layers, 256, 8);
+  std::vector<std::uint32_t> co(static_cast<std::size_t>(layers) * E * E), tr(co.size());
+  std::vector<std::uint64_t> load(static_cast<std::size_t>(layers) * E);
+  double t[4][2] = {};
+  std::uint64_t sum = 0;
+  auto timed = [&](int which, auto&& f) {
+    const double w0 = now_s(), c0 = cpu_s();
+    f();
+    t[which][0] += now_s() - w0, t[which][1] += cpu_s() - c0;
+  };
+  for (std::int64_t first = 0; first < tokens; first += kChunk) {
+    const auto chunk = gen.generate(first, std::min(kChunk, tokens - first));
+    timed(0, [&] { for (const auto id : chunk.ids()) sum += id; });
+    timed(1, [&] { count_token_blocked(chunk, co, tr, load); });
+    timed(2, [&] { one.add(chunk, 1); });
+    timed(3, [&] { two.add(chunk, 2); });
+  }
+  bool same = true;
+  for (int l = 0; l + 1 < layers; ++l)
+    for (int a = 0; a < 256; ++a)
+      for (int b = 0; b < 256; ++b)
+        same = same && two.transition(l, a, b) == tr[(static_cast<std::size_t>(l) * E + static_cast<std::size_t>(a)) * E + static_cast<std::size_t>(b)] &&
+               one.transition(l, a, b) == two.transition(l, a, b) && one.co_selection(l, a, b) == two.co_selection(l, a, b);
+  std::printf("| step | wall s | CPU s | CPU s / old loop's |\n|---|---:|---:|---:|\n");
+  const char* names[4] = {"read every id once (memory floor, peer)", "old token-blocked loop, 1 thread (peer)",
+                          "CouplingStats::add, 1 thread", "CouplingStats::add, 2 threads"};
+  for (int i = 0; i < 4; ++i) std::printf("| %s | %.2f | %.2f | %.2f |\n", names[i], t[i][0], t[i][1], t[i][1] / t[1][1]);
+  std::printf("\ncounts identical across the three counters: %s (id checksum %llu)\n", same ? "yes" : "NO", static_cast<unsigned long long>(sum));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
-  bool q = false, sc = false, sw = false;
+  bool q = false, sc = false, sw = false, sh = false, st = false, pl = false;
   std::int64_t tokens = 16384, scale_tokens = 1 << 20;
   int layers = 8, scale_layers = 32;
   for (int i = 1; i < argc; ++i) {
@@ -223,22 +409,28 @@ int main(int argc, char** argv) {
     if (a == "--quality") q = true;
     else if (a == "--scale") sc = true;
     else if (a == "--sweep") sw = true;
+    else if (a == "--shuffle") sh = true;
+    else if (a == "--stats") st = true;
+    else if (a == "--planted") pl = true;
     else if (a == "--tokens") tokens = next();
     else if (a == "--layers") layers = static_cast<int>(next());
     else if (a == "--scale-tokens") scale_tokens = next();
     else if (a == "--scale-layers") scale_layers = static_cast<int>(next());
     else {
-      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
       return a == "--help" ? 0 : 2;
     }
   }
-  if (!q && !sc && !sw) q = sc = sw = true;
+  if (!q && !sc && !sw && !sh && !st && !pl) q = sc = sw = sh = st = pl = true;
   if (tokens < 1 || layers < 2 || scale_tokens < 1 || scale_layers < 2) {
     std::fprintf(stderr, "bench_place: --tokens/--scale-tokens >= 1 and --layers/--scale-layers >= 2 expected\n");
     return 2;
   }
   if (q) quality(tokens, layers);
   if (sw) sweep(tokens, layers);
+  if (sh) shuffle_speed(1 << 16, 8192);
+  if (st) stats_speed(scale_tokens, scale_layers);
+  if (pl) planted_quality(tokens, layers);
   if (sc) scale(scale_tokens, scale_layers);
   return 0;
 }

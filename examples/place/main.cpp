@@ -4,6 +4,7 @@
 //
 //   disagmoe-place --fit FIT.npy [--eval EVAL.npy] --experts E --gpus G [--gpus-per-node K]
 //                  [--method correlated|contiguous|random|load-balanced|exact] [--shuffle]
+//                  [--shuffle-method fast|auction]
 //                  [--json] [--out FILE]
 //   disagmoe-place --generate OUT.npy --experts E --top-k K --layers L --tokens T [...]
 #include <disagmoe/placement/correlated.hpp>
@@ -28,7 +29,7 @@ using namespace disagmoe::placement;
 using nlohmann::json;
 
 struct Args {
-  std::string fit, eval, method = "correlated", out, generate, exact_solver = "milp";
+  std::string fit, eval, method = "correlated", out, generate, exact_solver = "milp", shuffle_method = "fast";
   double time_limit = 60;
   json exact_info;  // solver verdict of --method exact
   int experts = 0, gpus = 0, gpus_per_node = 0;
@@ -118,7 +119,9 @@ int run(Args& a) {
                    "the layers of --fit (" + std::to_string(stats.layers()) + ")");
   std::vector<std::int32_t> home;
   if (a.shuffle) {
-    home = TokenShuffle(stats, placement, {.batch_tokens = a.batch_tokens}).assign(eval).home;
+    TokenShuffleOptions o{.batch_tokens = a.batch_tokens};
+    o.method = a.shuffle_method == "auction" ? ShuffleMethod::kAuction : ShuffleMethod::kFast;
+    home = TokenShuffle(stats, placement, o).assign(eval).home;
   } else {
     home = contiguous_homes(eval.tokens(), eval.layers(), a.gpus, a.batch_tokens);
   }
@@ -132,6 +135,7 @@ int run(Args& a) {
   json result{{"method", a.method}, {"experts", a.experts}, {"gpus", a.gpus}, {"gpus_per_node", per_node},
               {"shuffle", a.shuffle}, {"placement", placement_json}, {"metrics", metrics_json(m)}};
   if (!a.exact_info.is_null()) result["exact"] = a.exact_info;
+  if (a.shuffle) result["shuffle_method"] = a.shuffle_method;
   if (!a.out.empty()) {
     json full = result;
     json homes = json::array();
@@ -175,6 +179,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"milp", "dp"}));
   app.add_option("--time-limit", a.time_limit, "--method exact with milp: seconds before the best placement so far is kept");
   app.add_flag("--shuffle", a.shuffle, "home tokens on the GPU predicted from the previous layer (token shuffling)");
+  app.add_option("--shuffle-method", a.shuffle_method,
+                 "--shuffle: fast (greedy + cycle repair to the optimum, default) or auction (epsilon-scaling reference)")
+      ->check(CLI::IsMember({"fast", "auction"}));
   app.add_flag("--json", a.json_out, "print one JSON object: placement and metrics");
   app.add_option("--out", a.out, "write the JSON plus `home` ([layer][token] -> GPU on the eval trace) to FILE");
   app.add_option("--seed", a.seed, "seed of the heuristic, the random baseline and --generate");
@@ -202,12 +209,13 @@ int main(int argc, char** argv) {
     // Each mode's options are errors in the other (a silently ignored option hides a mistake).
     const bool gen = !a.generate.empty();
     for (const char* o : {"--fit", "--eval", "--gpus", "--gpus-per-node", "--method", "--exact-solver", "--time-limit",
-                          "--shuffle", "--json", "--out", "--load-tolerance", "--cross-layer", "--node-weight",
+                          "--shuffle", "--shuffle-method", "--json", "--out", "--load-tolerance", "--cross-layer", "--node-weight",
                           "--starts", "--batch-tokens"})
       dz::cli::expect_applies(app, o, !gen, "no such option with --generate (it only writes a trace)");
     for (const char* o : {"--tokens", "--first-token", "--layers", "--top-k", "--skew", "--group-size", "--group-prob",
                           "--transition-prob"})
       dz::cli::expect_applies(app, o, gen, "given only with --generate");
+    dz::cli::expect_applies(app, "--shuffle-method", a.shuffle, "given only with --shuffle");
     if (!gen) dz::expect(a.gpus >= 1, "--gpus", a.gpus, "a GPU count >= 1 (required with --fit)");
     dz::expect_finite_in("--time-limit", a.time_limit, 1e-6, 1e9);
     dz::expect_finite_in("--load-tolerance", a.load_tolerance, 0, 1e6);

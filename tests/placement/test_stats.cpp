@@ -156,3 +156,66 @@ TEST_CASE("popularity skew shows in max/mean load") {
   CHECK(flat.max_load_over_mean(0) < 1.3);
   CHECK_THROWS_AS(CouplingStats(2, 64, 8).add(SyntheticTraceGenerator(spec).generate(0, 3)), disagmoe::ConfigError);
 }
+
+TEST_CASE("statistics equal a naive recount on every counting path (direct, 16-bit passes, fixed k)") {
+  // Chunk sizes hit the direct 32-bit path (a few tokens), the 16-bit scratch passes
+  // and their fold; k = 2 and 8 take the fixed-k code, k = 5 the generic one.
+  for (const int k : {2, 5, 8}) {
+    CAPTURE(k);
+    SyntheticTraceSpec spec{.layers = 3, .num_experts = 64, .top_k = k, .popularity_skew = 0.7, .group_size = k,
+                            .group_prob = 0.6, .transition_prob = 0.6, .seed = static_cast<std::uint64_t>(40 + k)};
+    const SyntheticTraceGenerator gen(spec);
+    const RoutingTrace whole = gen.generate(0, 1500);
+    CouplingStats streamed(3, 64, k);
+    std::int64_t first = 0;
+    for (const std::int64_t n : {1, 7, 300, 1192}) {
+      streamed.add(gen.generate(first, n), static_cast<int>(n % 2) + 1);
+      first += n;
+    }
+    // Naive recount: plain nested loops over every token, no shared code.
+    std::vector<std::uint64_t> load(3 * 64, 0), co(3 * 64 * 64, 0), tr(2 * 64 * 64, 0);
+    for (std::int64_t t = 0; t < 1500; ++t)
+      for (int l = 0; l < 3; ++l) {
+        const auto e = whole.experts(t, l);
+        for (int i = 0; i < k; ++i) {
+          ++load[static_cast<std::size_t>(l * 64 + e[i])];
+          for (int j = 0; j < k; ++j)
+            if (i != j) ++co[static_cast<std::size_t>((l * 64 + e[i]) * 64 + e[j])];
+          if (l < 2)
+            for (const auto b : whole.experts(t, l + 1)) ++tr[static_cast<std::size_t>((l * 64 + e[i]) * 64 + b)];
+        }
+      }
+    for (int l = 0; l < 3; ++l)
+      for (int a = 0; a < 64; ++a) {
+        REQUIRE(streamed.load(l, a) == load[static_cast<std::size_t>(l * 64 + a)]);
+        for (int b = 0; b < 64; ++b) {
+          REQUIRE(streamed.co_selection(l, a, b) == co[static_cast<std::size_t>((l * 64 + a) * 64 + b)]);
+          if (l < 2) REQUIRE(streamed.transition(l, a, b) == tr[static_cast<std::size_t>((l * 64 + a) * 64 + b)]);
+        }
+      }
+  }
+}
+
+TEST_CASE("statistics past the 16-bit pass length: closed form") {
+  // Every token takes all 8 experts at both layers, so every count equals the token
+  // count, 70000 > 65535: a pass that held more tokens than its 16-bit counters allow
+  // would wrap.
+  const std::int64_t T = 70000;
+  std::vector<ExpertId> ids(static_cast<std::size_t>(T) * 2 * 8);
+  for (std::int64_t t = 0; t < T; ++t)
+    for (int l = 0; l < 2; ++l)
+      for (int s = 0; s < 8; ++s) ids[static_cast<std::size_t>((t * 2 + l) * 8 + s)] = static_cast<ExpertId>((s + t + l) % 8);
+  const RoutingTrace tr(T, 2, 8, 8, std::move(ids));
+  for (const int threads : {1, 2}) {
+    CAPTURE(threads);
+    const auto s = CouplingStats::of(tr, threads);
+    for (int a = 0; a < 8; ++a) {
+      REQUIRE(s.load(0, a) == 70000u);
+      REQUIRE(s.load(1, a) == 70000u);
+      for (int b = 0; b < 8; ++b) {
+        REQUIRE(s.co_selection(1, a, b) == (a == b ? 0u : 70000u));
+        REQUIRE(s.transition(0, a, b) == 70000u);
+      }
+    }
+  }
+}

@@ -11,10 +11,12 @@
 #include <disagmoe/placement/coupling_stats.hpp>
 #include <disagmoe/placement/dispatch_plan.hpp>
 #include <disagmoe/placement/exact.hpp>
+#include <disagmoe/placement/fast_assignment.hpp>
 #include <disagmoe/placement/metrics.hpp>
 #include <disagmoe/placement/npy.hpp>
 #include <disagmoe/placement/objective.hpp>
 #include <disagmoe/placement/placement.hpp>
 #include <disagmoe/placement/routing_trace.hpp>
+#include <disagmoe/placement/step_shuffle.hpp>
 #include <disagmoe/placement/synthetic.hpp>
 #include <disagmoe/placement/token_shuffle.hpp>

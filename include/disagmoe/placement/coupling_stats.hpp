@@ -24,7 +24,8 @@
 namespace disagmoe::placement {
 
 /// Counts gathered over all tokens added so far.
-/// Memory: 2 * layers * E^2 * 4 bytes (E=256, 32 layers: 16 MiB).
+/// Memory: 2 * layers * E^2 * 4 bytes (E=256, 32 layers: 16 MiB), plus 4 * E^2 bytes
+/// of scratch per counting thread during add().
 class CouplingStats {
  public:
   /// Empty statistics for traces of this shape. Throws ConfigError on bad dimensions.
@@ -52,7 +53,8 @@ class CouplingStats {
   /// the hardware concurrency; layers are split over threads (each owns its counts, so
   /// results do not depend on the thread count). Throws ConfigError on a shape mismatch
   /// or when more than 2^32-1 tokens would be counted.
-  /// Complexity: O(tokens * layers * k^2) increments.
+  /// Complexity: O(tokens * layers * k^2) increments plus O(layers * E^2) per 65535
+  /// tokens of a chunk.
   void add(const RoutingTrace& chunk, int threads = 0) {
     expect(chunk.layers() == layers_, "CouplingStats.add chunk.layers()", chunk.layers(), "the statistics' layers (" + std::to_string(layers_) + ")");
     expect(chunk.num_experts() == experts_, "CouplingStats.add chunk.num_experts()", chunk.num_experts(), "the statistics' experts (" + std::to_string(experts_) + ")");
@@ -169,32 +171,75 @@ class CouplingStats {
                static_cast<std::size_t>(experts_) + static_cast<std::size_t>(b);
   }
 
-  // Counts layers l = first, first + stride, ...; tokens in blocks so one block of the
-  // trace stays in cache while each owned layer's matrices are updated.
-  void count_layers(const RoutingTrace& chunk, int first, int stride) {
-    constexpr std::int64_t kBlock = 1024;
-    const int k = top_k_;
+  // Tokens per pass into the 16-bit scratch counters: one token adds at most 1 to an
+  // entry (its k ids are distinct), so 65535 tokens cannot overflow.
+  static constexpr std::int64_t kScratchTokens = 65535;
+
+  // One layer, tokens [t0, t1), into `co` and `tr` (null at the last layer). Scratch
+  // form (Direct false): 16-bit counters, pairs counted unordered at [e_i][e_j] and
+  // folded onto the upper triangle at flush (no per-token sort or min/max: the sort
+  // was half the time). Direct form: the 32-bit counters, upper triangle by min/max.
+  template <int K, bool Direct, class C>
+  void count_block(const RoutingTrace& chunk, int l, std::int64_t t0, std::int64_t t1, C* co, C* tr) {
+    const int k = K > 0 ? K : top_k_;
     const auto E = static_cast<std::size_t>(experts_);
-    for (std::int64_t t0 = 0; t0 < chunk.tokens(); t0 += kBlock) {
-      const std::int64_t t1 = std::min(chunk.tokens(), t0 + kBlock);
-      for (int l = first; l < layers_; l += stride) {
-        std::uint64_t* load = load_.data() + idx(l, 0);
-        std::uint32_t* co = co_.data() + pair(l, 0, 0);
-        std::uint32_t* tr = l + 1 < layers_ ? trans_.data() + pair(l, 0, 0) : nullptr;
-        for (std::int64_t t = t0; t < t1; ++t) {
-          const ExpertId* e = chunk.experts(t, l).data();
-          for (int i = 0; i < k; ++i) {
-            ++load[e[i]];
-            for (int j = i + 1; j < k; ++j) ++co[std::min(e[i], e[j]) * E + std::max(e[i], e[j])];
-          }
-          if (tr != nullptr) {
-            const ExpertId* n = chunk.experts(t, l + 1).data();
-            for (int i = 0; i < k; ++i) {
-              std::uint32_t* row = tr + e[i] * E;
-              for (int j = 0; j < k; ++j) ++row[n[j]];
-            }
-          }
+    std::uint64_t* load = load_.data() + idx(l, 0);
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const ExpertId* e = chunk.experts(t, l).data();
+      for (int i = 0; i < k; ++i) {
+        ++load[e[i]];
+        C* row = co + e[i] * E;
+        for (int j = i + 1; j < k; ++j) {
+          if constexpr (Direct) ++co[std::min(e[i], e[j]) * E + std::max(e[i], e[j])];
+          else ++row[e[j]];
         }
+      }
+      if (tr != nullptr) {
+        const ExpertId* n = chunk.experts(t, l + 1).data();
+        for (int i = 0; i < k; ++i) {
+          C* row = tr + e[i] * E;
+          for (int j = 0; j < k; ++j) ++row[n[j]];
+        }
+      }
+    }
+  }
+
+  template <bool Direct, class C>
+  void count_dispatch(const RoutingTrace& chunk, int l, std::int64_t t0, std::int64_t t1, C* co, C* tr) {
+    // Fixed k for the common router widths lets the compiler unroll the pair loops.
+    switch (top_k_) {
+      case 2: return count_block<2, Direct>(chunk, l, t0, t1, co, tr);
+      case 4: return count_block<4, Direct>(chunk, l, t0, t1, co, tr);
+      case 6: return count_block<6, Direct>(chunk, l, t0, t1, co, tr);
+      case 8: return count_block<8, Direct>(chunk, l, t0, t1, co, tr);
+      default: return count_block<0, Direct>(chunk, l, t0, t1, co, tr);
+    }
+  }
+
+  // Counts layers l = first, first + stride, ... one layer at a time over the whole
+  // chunk, so a layer's counters stay in cache for its pass (the old token-block order
+  // reloaded every layer's 2 x E^2 counters per 1024 tokens). Passes of up to 65535
+  // tokens go through 16-bit scratch counters (half the cache footprint), flushed in
+  // O(E^2); passes too short to repay the flush (n k^2 < E^2 / 4) count directly.
+  void count_layers(const RoutingTrace& chunk, int first, int stride) {
+    const auto E = static_cast<std::size_t>(experts_);
+    std::vector<std::uint16_t> co16, tr16;
+    for (int l = first; l < layers_; l += stride) {
+      std::uint32_t* co = co_.data() + pair(l, 0, 0);
+      std::uint32_t* tr = l + 1 < layers_ ? trans_.data() + pair(l, 0, 0) : nullptr;
+      for (std::int64_t t0 = 0; t0 < chunk.tokens(); t0 += kScratchTokens) {
+        const std::int64_t t1 = std::min(chunk.tokens(), t0 + kScratchTokens);
+        if (static_cast<double>(t1 - t0) * top_k_ * top_k_ * 4 < static_cast<double>(E * E)) {
+          count_dispatch<true>(chunk, l, t0, t1, co, tr);
+          continue;
+        }
+        co16.assign(E * E, 0);
+        tr16.assign(tr != nullptr ? E * E : 0, 0);
+        count_dispatch<false>(chunk, l, t0, t1, co16.data(), tr != nullptr ? tr16.data() : nullptr);
+        for (std::size_t a = 0; a < E; ++a)
+          for (std::size_t b = a + 1; b < E; ++b) co[a * E + b] += static_cast<std::uint32_t>(co16[a * E + b]) + co16[b * E + a];
+        if (tr != nullptr)
+          for (std::size_t i = 0; i < E * E; ++i) tr[i] += tr16[i];
       }
     }
   }

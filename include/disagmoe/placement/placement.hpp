@@ -2,8 +2,9 @@
 /// @file placement.hpp
 /// `Topology` (the expert-parallel GPUs, grouped into nodes) and `Placement` (which GPU
 /// holds each expert of each MoE layer), with the baseline placements every method is
-/// compared against: contiguous (Megatron-LM's default), random, and load-balanced
-/// (EPLB-style balanced packing, node then GPU, without replicas).
+/// compared against: contiguous (Megatron-LM's default), random, load-balanced
+/// (EPLB-style balanced packing, node then GPU, without replicas), and the placement a
+/// synthetic generator planted.
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -114,6 +115,40 @@ inline Placement random_placement(int layers, int num_experts, Topology topo, st
       map[static_cast<std::size_t>(l * num_experts + perm[static_cast<std::size_t>(i)])] = static_cast<std::int32_t>(i / per);
   }
   return Placement(layers, num_experts, topo, std::move(map));
+}
+
+/// The placement a synthetic generator planted (synthetic.hpp): every co-selection group
+/// whole on one GPU, groups dealt to GPUs in order at layer 0, and each layer-(l+1)
+/// group on the GPU of its planted predecessor (so the planted successor chain stays
+/// local). The reference a coupling placement should recover; it ignores load.
+/// Throws ConfigError unless the group count is a multiple of the GPU count and all
+/// groups have the same size. O(layers * E).
+inline Placement planted_placement(const PlantedStructure& planted, Topology topo) {
+  const int L = static_cast<int>(planted.groups.size());
+  expect(L >= 1, "planted layers", L, ">= 1");
+  const int groups = static_cast<int>(planted.groups[0].size());
+  const int E = static_cast<int>(planted.group_of_expert[0].size());
+  topo.validate(E);
+  expect(groups % topo.gpus == 0, "planted groups", groups, "a multiple of gpus (" + std::to_string(topo.gpus) + ")");
+  for (const auto& layer : planted.groups)
+    for (const auto& g : layer)
+      expect(g.size() == layer[0].size(), "planted group size", g.size(), "equal sizes (" + std::to_string(layer[0].size()) + ")");
+  const int per = groups / topo.gpus;
+  std::vector<int> gpu_of_group(static_cast<std::size_t>(groups));
+  for (int g = 0; g < groups; ++g) gpu_of_group[static_cast<std::size_t>(g)] = g / per;
+  std::vector<std::int32_t> map(static_cast<std::size_t>(L) * static_cast<std::size_t>(E));
+  std::vector<int> next(static_cast<std::size_t>(groups));
+  for (int l = 0; l < L; ++l) {
+    const auto ul = static_cast<std::size_t>(l);
+    for (int g = 0; g < groups; ++g)
+      for (const int e : planted.groups[ul][static_cast<std::size_t>(g)])
+        map[ul * static_cast<std::size_t>(E) + static_cast<std::size_t>(e)] = gpu_of_group[static_cast<std::size_t>(g)];
+    if (l + 1 < L) {
+      for (int g = 0; g < groups; ++g) next[static_cast<std::size_t>(planted.successor[ul][static_cast<std::size_t>(g)])] = gpu_of_group[static_cast<std::size_t>(g)];
+      gpu_of_group.swap(next);
+    }
+  }
+  return Placement(L, E, topo, std::move(map));
 }
 
 namespace detail {

@@ -11,11 +11,15 @@
 /// score(t, g) = sum_{a in experts_{l-1}(t)} M_l[a][g]. Homes per batch maximise the
 /// total score under equal shares (balanced_assignment.hpp). Layer 0 has no earlier
 /// routing and keeps the contiguous shard. Causal: homes at layer l read only layers < l.
+/// The assignment is the auction (exact within its tolerance, the oracle) or the fast
+/// greedy-plus-repair method of fast_assignment.hpp; step_shuffle.hpp serves one
+/// micro-batch at a time for the runtime.
 #pragma once
 
 #include <disagmoe/error.hpp>
 #include <disagmoe/placement/balanced_assignment.hpp>
 #include <disagmoe/placement/coupling_stats.hpp>
+#include <disagmoe/placement/fast_assignment.hpp>
 #include <disagmoe/placement/metrics.hpp>
 #include <disagmoe/placement/placement.hpp>
 #include <disagmoe/placement/routing_trace.hpp>
@@ -28,6 +32,12 @@
 
 namespace disagmoe::placement {
 
+/// How the per-batch balanced assignment is solved.
+enum class ShuffleMethod {
+  kAuction,  ///< epsilon-scaling auction (balanced_assignment.hpp): the reference
+  kFast,     ///< greedy by regret + cycle-cancelling repair (fast_assignment.hpp)
+};
+
 /// Knobs of the token shuffle.
 struct TokenShuffleOptions {
   std::int64_t batch_tokens = 0;  ///< tokens sharded together (one micro-batch); 0: the whole trace
@@ -35,6 +45,8 @@ struct TokenShuffleOptions {
   /// achieved gap is reported in ShuffleResult (1e-4 costs half the bids of 1e-7 and
   /// leaves gaps around 1e-5 of the total score on DeepSeek-V3-shaped traces).
   double final_epsilon = 1e-4;
+  ShuffleMethod method = ShuffleMethod::kAuction;  ///< assignment solver
+  FastAssignmentOptions fast{};                    ///< knobs of ShuffleMethod::kFast
 };
 
 /// Homes of every token at every layer, with the assignment's optimality certificate.
@@ -79,28 +91,49 @@ class TokenShuffle {
     const std::int64_t batch = options_.batch_tokens > 0 ? options_.batch_tokens : std::max<std::int64_t>(T, 1);
     std::vector<double> score;
     std::vector<std::int64_t> cap(static_cast<std::size_t>(G));
+    FastAssigner fast(options_.fast);
+    std::vector<std::int32_t> bin;
+    std::vector<double> warm(static_cast<std::size_t>(G));  // as StepShuffle: each layer's last optimal prices
     for (int l = 1; l < L; ++l) {
+      bool warm_valid = false;
       for (std::int64_t first = 0; first < T; first += batch) {
         const std::int64_t n = std::min(batch, T - first);
         // Capacities equal the contiguous shard sizes: every GPU keeps its share.
         for (int g = 0; g < G; ++g) cap[static_cast<std::size_t>(g)] = shard_size(n, G, g);
         score.assign(static_cast<std::size_t>(n) * static_cast<std::size_t>(G), 0.0);
-        for (std::int64_t i = 0; i < n; ++i) {
-          double* s = score.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(G);
-          for (const auto a : eval.experts(first + i, l - 1)) {
-            const double* m = row_of(l, a);
-            for (int g = 0; g < G; ++g) s[g] += m[g];
-          }
-        }
-        const auto a = balanced_assignment(score, cap, options_.final_epsilon);
-        r.score += a.value;
-        r.score_bound += a.upper_bound;
         for (std::int64_t i = 0; i < n; ++i)
-          r.home[static_cast<std::size_t>(l) * static_cast<std::size_t>(T) + static_cast<std::size_t>(first + i)] = a.bin[static_cast<std::size_t>(i)];
+          add_scores(l, eval.experts(first + i, l - 1), score.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(G));
+        double value = 0, bound = 0;
+        if (options_.method == ShuffleMethod::kFast) {
+          bin.resize(static_cast<std::size_t>(n));
+          fast.assign(score, cap, bin, value, bound, warm, warm_valid);
+        } else {
+          auto a = balanced_assignment(score, cap, options_.final_epsilon);
+          bin = std::move(a.bin);
+          value = a.value;
+          bound = a.upper_bound;
+        }
+        r.score += value;
+        r.score_bound += bound;
+        for (std::int64_t i = 0; i < n; ++i)
+          r.home[static_cast<std::size_t>(l) * static_cast<std::size_t>(T) + static_cast<std::size_t>(first + i)] = bin[static_cast<std::size_t>(i)];
       }
     }
     return r;
   }
+
+  /// Adds the scores of one token at layer l to `s` (size G): s[g] += M_l[a][g] for
+  /// each of its layer-(l-1) experts `a` (unchecked ids; 1 <= l < layers). O(k G).
+  void add_scores(int l, std::span<const ExpertId> experts, double* s) const noexcept {
+    const int G = placement_.topology().gpus;
+    for (const auto a : experts) {
+      const double* m = row_of(l, a);
+      for (int g = 0; g < G; ++g) s[g] += m[g];
+    }
+  }
+
+  const Placement& placement() const noexcept { return placement_; }
+  const TokenShuffleOptions& options() const noexcept { return options_; }
 
   /// Predicted local experts per layer-(l-1) expert `a` on each GPU at layer l (size G).
   std::span<const double> prediction(int l, int a) const noexcept {
