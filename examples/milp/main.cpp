@@ -7,7 +7,7 @@
 // infeasible, unbounded, limits); 2 for bad input, 3 for internal errors.
 //  --write-solution SOL   writes the solution found as `name value` lines
 //  --check-solution SOL   only checks the point in SOL: objective, feasibility (the
-//                         solver's rule: rows relative to max(1, |side|), 1e-6) and the
+//                         solver's rule: rows relative to their continuous terms, 1e-6) and the
 //                         worst absolute violation named; exit 0 feasible, 1 not
 //  --debug-solution SOL   solves with Options::debug_solution = SOL: the first cut,
 //                         bound change or pruned node that removes it is reported as
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
         std::cout << "feasible    " << (c.feasible ? "yes" : "no") << "\n"
                   << "objective   " << json_number(c.objective) << "\n"
                   << "violation   " << c.max_violation << (c.worst.empty() ? "" : " at " + c.worst) << "\n"
-                  << "scaled      " << c.max_scaled_violation << " (rows relative to max(1, |side|); tolerance "
+                  << "scaled      " << c.max_scaled_violation << " (rows relative to their continuous terms; tolerance "
                   << opt.feasibility_tol << ")\n";
       }
       return c.feasible ? disagmoe::cli::kExitOk : 1;

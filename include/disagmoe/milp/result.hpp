@@ -44,8 +44,9 @@ struct Options {
   double rel_gap = 1e-6;        ///< stop when |obj - bound| <= rel_gap * |obj|
   double abs_gap = 1e-6;        ///< or when |obj - bound| <= abs_gap
   double integrality_tol = 1e-6;///< |x - round(x)| below this counts as integral
-  /// Accepted violation of a solution: absolute for bounds, relative to max(1, |side|)
-  /// for rows (Problem::max_scaled_violation).
+  /// Accepted violation of a solution: absolute for bounds and integer-only rows, rows
+  /// with continuous terms relative to the error those can carry
+  /// (Problem::max_scaled_violation). Integers of a reported solution are exact.
   double feasibility_tol = 1e-6;
   int cut_rounds = 20;          ///< rounds of root Gomory mixed-integer cuts (0 = off)
   bool heuristics = true;       ///< rounding and diving primal heuristics
