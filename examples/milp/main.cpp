@@ -12,6 +12,8 @@
 //  --debug-solution SOL   solves with Options::debug_solution = SOL: the first cut,
 //                         bound change or pruned node that removes it is reported as
 //                         "internal error: milp debug solution: ..." (exit 3)
+//  --no-presolve          solves without presolve (presolve.hpp); --verbose reports
+//                         what presolve removed and the root bound before/after cuts
 #include "../common/cli_main.hpp"
 
 #include <disagmoe/milp/milp.hpp>
@@ -68,11 +70,14 @@ int main(int argc, char** argv) {
                  "a known feasible point: report the first reduction that cuts it off (exit 3)");
   app.add_flag("--json", json, "print one JSON object");
   app.add_flag("--fixed", fixed, "read fixed-column MPS (names may contain blanks)");
-  app.add_flag("--verbose", opt.verbose, "progress on stderr");
+  app.add_flag("--verbose", opt.verbose, "progress on stderr (presolve removals, root bounds, incumbents)");
+  bool no_presolve = false;
+  app.add_flag("--no-presolve", no_presolve, "solve without presolve");
   return disagmoe::cli::run_main(app, argc, argv, [&] {
     if (app.count("--time-limit")) disagmoe::expect_finite_in("--time-limit", opt.time_limit, 0, 1e9);
     disagmoe::expect_finite_in("--gap", gap, 0, 1e300);
     opt.rel_gap = gap;
+    opt.presolve = !no_presolve;
     const milp::Problem p =
         milp::read_mps_file(file, fixed ? milp::MpsFormat::kFixed : milp::MpsFormat::kFree);
     if (!check_sol.empty()) {
@@ -122,6 +127,9 @@ int main(int argc, char** argv) {
                 << "bound       " << r.bound << "\n"
                 << "gap         " << r.gap << "\n"
                 << "nodes       " << r.nodes << "\n"
+                << "presolve    " << r.presolve.rows_removed << " rows, " << r.presolve.cols_removed
+                << " columns removed, " << r.presolve.bounds_tightened << " bounds, "
+                << r.presolve.coefs_tightened << " coefficients tightened\n"
                 << "lp iters    " << r.lp_iterations << "\n"
                 << "seconds     " << r.seconds << "\n";
     }

@@ -7,7 +7,8 @@
 /// resort), reduced-cost bound tightening against the incumbent, simple rounding,
 /// fractional and coefficient diving (diving.hpp) besides the plunges,
 /// warm-started dual simplex re-solves from the parent's basis, objective cutoff inside
-/// the LP, and root Gomory mixed-integer and extended knapsack cover cuts (cuts.hpp).
+/// the LP, and root Gomory mixed-integer and extended knapsack cover cuts (cuts.hpp),
+/// after presolve (presolve.hpp, which `solve` runs first).
 /// A node whose LP point is integral but not feasible (a badly scaled row) is re-solved
 /// and, if need be, split, never dropped (resolve_integral_node). With
 /// Options::debug_solution every reduction is checked against a known point
@@ -18,6 +19,7 @@
 #include <disagmoe/milp/cuts.hpp>
 #include <disagmoe/milp/debug_solution.hpp>
 #include <disagmoe/milp/diving.hpp>
+#include <disagmoe/milp/presolve.hpp>
 #include <disagmoe/milp/problem.hpp>
 #include <disagmoe/milp/result.hpp>
 #include <disagmoe/milp/simplex.hpp>
@@ -110,7 +112,8 @@ class BranchAndBound {
       dbg_->check_lower_bound(lp_.objective(), [] { return std::string("root LP (before cuts)"); });
     if (s == LpStatus::kUnbounded) return finish(res, Status::kUnbounded);
     if (s == LpStatus::kIterationLimit) throw SolverError("milp: root LP hit the iteration limit");
-    if (opt_.verbose) std::cerr << "milp: root LP bound " << sign_ * lp_.objective() << "\n";
+    res.root_bound = sign_ * lp_.objective() + p_.objective_offset();
+    if (opt_.verbose) std::cerr << "milp: root LP bound " << res.root_bound << "\n";
     if (opt_.cut_rounds > 0 && !ints_.empty()) {
       GomoryCuts cuts(p_, lp_, ints_, dbg_.get());
       s = cuts.run(opt_.cut_rounds, deadline_);
@@ -118,8 +121,9 @@ class BranchAndBound {
       if (s == LpStatus::kInfeasible) return finish(res, Status::kInfeasible);
     }
     root_bound_ = lp_.objective();
+    res.root_bound_cuts = sign_ * root_bound_ + p_.objective_offset();
     if (opt_.verbose)
-      std::cerr << "milp: bound after cuts " << sign_ * root_bound_ << " (" << lp_.num_rows() - p_.num_rows()
+      std::cerr << "milp: bound after cuts " << res.root_bound_cuts << " (" << lp_.num_rows() - p_.num_rows()
                 << " cuts), " << seconds() << " s\n";
     save_root_reduced_costs();
     run_dives();
@@ -150,7 +154,7 @@ class BranchAndBound {
   // Objective value a node must beat to be worth exploring (internal minimisation).
   double cutoff() const {
     if (!has_inc_) return kInf;
-    double margin = std::max(opt_.abs_gap, opt_.rel_gap * std::abs(inc_obj_));
+    double margin = std::max(opt_.abs_gap, opt_.rel_gap * std::abs(inc_obj_ + sign_ * p_.objective_offset()));
     if (integral_obj_) margin = std::max(margin, 1.0 - 1e-6);
     return inc_obj_ - margin;
   }
@@ -309,7 +313,7 @@ class BranchAndBound {
   bool gap_closed(double bound) const {
     if (!has_inc_) return false;
     const double g = inc_obj_ - bound;
-    return g <= opt_.abs_gap || g <= opt_.rel_gap * std::abs(inc_obj_) ||
+    return g <= opt_.abs_gap || g <= opt_.rel_gap * std::abs(inc_obj_ + sign_ * p_.objective_offset()) ||
            (integral_obj_ && g < 1.0 - 1e-6);
   }
 
@@ -747,8 +751,7 @@ class BranchAndBound {
 /// Worst case exponential in the number of integer variables; deterministic.
 inline Result solve(const Problem& p, const Options& options = {}) {
   options.validate();
-  detail::BranchAndBound bb(p, options);
-  return bb.run();
+  return detail::presolve_and_solve(p, options, [](const Problem& q, const Options& o) { return detail::BranchAndBound(q, o).run(); });
 }
 
 }  // namespace disagmoe::milp
