@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_milp [DIR] [--time-limit S] [--only NAME,...] [--no-cbc]
+// bench_milp [DIR] [--time-limit S] [--only NAME,...] [--no-cbc] [--no-presolve]
 // Solves every DIR/*.mps.gz (default: ../shared/data/miplib beside the repository) with
 // disagmoe::milp under a time limit, then runs CBC on the same file in the same run when
 // `cbc` is on PATH, and prints one table: our status/objective/time/nodes, the known
 // optimum (from the data set's README), whether they match (1e-6 relative), CBC's time,
-// the time ratio, and geometric means. A second table times an allocation-sized MILP.
+// the time ratio, and geometric means; presolve's removals (rows, columns, bound and
+// coefficient tightenings) and the root LP bound before and after the cuts. A second table times an allocation-sized MILP.
 // Our times are wall and CPU time of the solving thread (CLOCK_THREAD_CPUTIME_ID: the
 // machine is shared, so CPU time is the steadier number); the load average is printed
 // before and after. Allocation problems are each solved 5 times, the median kept.
@@ -124,7 +125,7 @@ milp::Problem allocation_problem(std::uint64_t seed) {
 int main(int argc, char** argv) {
   std::string dir = DISAGMOE_MIPLIB_DIR;
   double limit = 60;
-  bool use_cbc = true;
+  bool use_cbc = true, presolve = true;
   std::vector<std::string> only;
   for (int a = 1; a < argc; ++a) {
     const std::string s = argv[a];
@@ -132,11 +133,13 @@ int main(int argc, char** argv) {
       limit = std::atof(argv[++a]);
     } else if (s == "--no-cbc") {
       use_cbc = false;
+    } else if (s == "--no-presolve") {
+      presolve = false;
     } else if (s == "--only" && a + 1 < argc) {
       std::stringstream ss(argv[++a]);
       for (std::string n; std::getline(ss, n, ',');) only.push_back(n);
     } else if (s == "--help" || s == "-h") {
-      std::cout << "bench_milp [DIR] [--time-limit S] [--only NAME,...] [--no-cbc]\n";
+      std::cout << "bench_milp [DIR] [--time-limit S] [--only NAME,...] [--no-cbc] [--no-presolve]\n";
       return 0;
     } else {
       dir = s;
@@ -155,8 +158,8 @@ int main(int argc, char** argv) {
   }
   std::printf("time limit %.0f s per instance; CBC %s; load average %s\n\n", limit,
               use_cbc ? "(same run)" : "not run", load_average().c_str());
-  std::printf("| instance | status | objective | known optimum | match | time s | cpu s | nodes | CBC status | CBC time s | ratio |\n");
-  std::printf("|---|---|---:|---:|---|---:|---:|---:|---|---:|---:|\n");
+  std::printf("| instance | status | objective | known optimum | match | time s | cpu s | nodes | presolve rows/cols/bounds/coefs | root bound | after cuts | CBC status | CBC time s | ratio |\n");
+  std::printf("|---|---|---:|---:|---|---:|---:|---:|---|---:|---:|---|---:|---:|\n");
   int solved = 0, wrong = 0, both = 0;
   double log_ours = 0, log_cbc = 0, log_ratio = 0;
   for (const std::string& f : files) {
@@ -166,6 +169,7 @@ int main(int argc, char** argv) {
     const milp::Problem p = milp::read_mps_file(f);
     milp::Options o;
     o.time_limit = limit;
+    o.presolve = presolve;
     const double cpu0 = thread_cpu_seconds();
     const milp::Result r = milp::solve(p, o);
     const double cpu = thread_cpu_seconds() - cpu0;
@@ -187,10 +191,12 @@ int main(int argc, char** argv) {
       os << a / b;
       ratio = os.str();
     }
-    std::printf("| %s | %s | %.10g | %s | %s | %.2f | %.2f | %ld | %s | %s | %s |\n", name.c_str(),
+    std::printf("| %s | %s | %.10g | %s | %s | %.2f | %.2f | %ld | %d/%d/%d/%d | %.8g | %.8g | %s | %s | %s |\n", name.c_str(),
                 std::string(milp::to_string(r.status)).c_str(), r.objective,
                 have_known ? std::to_string(known->second).c_str() : "?",
-                !ok ? "-" : match ? "yes" : "NO", r.seconds, cpu, r.nodes,
+                !ok ? "-" : match ? "yes" : "NO", r.seconds, cpu, r.nodes, r.presolve.rows_removed,
+                r.presolve.cols_removed, r.presolve.bounds_tightened, r.presolve.coefs_tightened, r.root_bound,
+                r.root_bound_cuts,
                 !c.ran ? "-" : c.optimal ? "optimal" : "not solved",
                 c.ran ? std::to_string(c.seconds).c_str() : "-", ratio.c_str());
     std::fflush(stdout);

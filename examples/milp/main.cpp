@@ -7,11 +7,13 @@
 // infeasible, unbounded, limits); 2 for bad input, 3 for internal errors.
 //  --write-solution SOL   writes the solution found as `name value` lines
 //  --check-solution SOL   only checks the point in SOL: objective, feasibility (the
-//                         solver's rule: rows relative to max(1, |side|), 1e-6) and the
+//                         solver's rule: rows relative to their continuous terms, 1e-6) and the
 //                         worst absolute violation named; exit 0 feasible, 1 not
 //  --debug-solution SOL   solves with Options::debug_solution = SOL: the first cut,
 //                         bound change or pruned node that removes it is reported as
 //                         "internal error: milp debug solution: ..." (exit 3)
+//  --no-presolve          solves without presolve (presolve.hpp); --verbose reports
+//                         what presolve removed and the root bound before/after cuts
 #include "../common/cli_main.hpp"
 
 #include <disagmoe/milp/milp.hpp>
@@ -68,11 +70,14 @@ int main(int argc, char** argv) {
                  "a known feasible point: report the first reduction that cuts it off (exit 3)");
   app.add_flag("--json", json, "print one JSON object");
   app.add_flag("--fixed", fixed, "read fixed-column MPS (names may contain blanks)");
-  app.add_flag("--verbose", opt.verbose, "progress on stderr");
+  app.add_flag("--verbose", opt.verbose, "progress on stderr (presolve removals, root bounds, incumbents)");
+  bool no_presolve = false;
+  app.add_flag("--no-presolve", no_presolve, "solve without presolve");
   return disagmoe::cli::run_main(app, argc, argv, [&] {
     if (app.count("--time-limit")) disagmoe::expect_finite_in("--time-limit", opt.time_limit, 0, 1e9);
     disagmoe::expect_finite_in("--gap", gap, 0, 1e300);
     opt.rel_gap = gap;
+    opt.presolve = !no_presolve;
     const milp::Problem p =
         milp::read_mps_file(file, fixed ? milp::MpsFormat::kFixed : milp::MpsFormat::kFree);
     if (!check_sol.empty()) {
@@ -87,7 +92,7 @@ int main(int argc, char** argv) {
         std::cout << "feasible    " << (c.feasible ? "yes" : "no") << "\n"
                   << "objective   " << json_number(c.objective) << "\n"
                   << "violation   " << c.max_violation << (c.worst.empty() ? "" : " at " + c.worst) << "\n"
-                  << "scaled      " << c.max_scaled_violation << " (rows relative to max(1, |side|); tolerance "
+                  << "scaled      " << c.max_scaled_violation << " (rows relative to their continuous terms; tolerance "
                   << opt.feasibility_tol << ")\n";
       }
       return c.feasible ? disagmoe::cli::kExitOk : 1;
@@ -122,6 +127,9 @@ int main(int argc, char** argv) {
                 << "bound       " << r.bound << "\n"
                 << "gap         " << r.gap << "\n"
                 << "nodes       " << r.nodes << "\n"
+                << "presolve    " << r.presolve.rows_removed << " rows, " << r.presolve.cols_removed
+                << " columns removed, " << r.presolve.bounds_tightened << " bounds, "
+                << r.presolve.coefs_tightened << " coefficients tightened\n"
                 << "lp iters    " << r.lp_iterations << "\n"
                 << "seconds     " << r.seconds << "\n";
     }

@@ -34,7 +34,8 @@ class DebugSolution {
  public:
   /// Throws ConfigError (field Options.debug_solution) unless x has one value per
   /// variable and is feasible for p within 10 `feas_tol` (bounds, integrality; rows
-  /// relative to max(1, |side|)), the test the solver applies to unrounded LP points.
+  /// relative to the error of their continuous terms: Problem::max_scaled_violation), 10x
+  /// the solver's test for its incumbents, as a point written with few digits is not exact.
   DebugSolution(const Problem& p, const std::vector<double>& x, double feas_tol)
       : p_(p), x_(x) {
     expect(static_cast<int>(x.size()) == p.num_vars(), "Options.debug_solution size", x.size(),
@@ -42,7 +43,7 @@ class DebugSolution {
     // The solver's own acceptance rule for LP points (10 feasibility_tol, rows relative).
     const SolutionCheck c = check_solution(p, x, 10 * feas_tol);
     expect(c.feasible, "Options.debug_solution max violation", c.max_scaled_violation,
-           "a feasible point (<= 10 feasibility_tol, rows relative to their side); worst: " + c.worst);
+           "a feasible point (<= 10 feasibility_tol, rows relative to what their continuous columns absorb); worst: " + c.worst);
     const double sign = p.sense() == Sense::kMaximize ? -1.0 : 1.0;
     obj_ = sign * (p.evaluate(x) - p.objective_offset());
     obj_tol_ = 1e-6 * std::max(1.0, std::abs(obj_));

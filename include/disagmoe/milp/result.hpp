@@ -44,9 +44,11 @@ struct Options {
   double rel_gap = 1e-6;        ///< stop when |obj - bound| <= rel_gap * |obj|
   double abs_gap = 1e-6;        ///< or when |obj - bound| <= abs_gap
   double integrality_tol = 1e-6;///< |x - round(x)| below this counts as integral
-  /// Accepted violation of a solution: absolute for bounds, relative to max(1, |side|)
-  /// for rows (Problem::max_scaled_violation).
+  /// Accepted violation of a solution: absolute for bounds and integer-only rows, rows
+  /// with continuous terms relative to the error those can carry
+  /// (Problem::max_scaled_violation). Integers of a reported solution are exact.
   double feasibility_tol = 1e-6;
+  bool presolve = true;         ///< presolve.hpp before branch and bound
   int cut_rounds = 20;          ///< rounds of root Gomory mixed-integer cuts (0 = off)
   bool heuristics = true;       ///< rounding and diving primal heuristics
   bool verbose = false;         ///< progress lines on stderr
@@ -75,6 +77,15 @@ struct Options {
   }
 };
 
+/// Counts of what presolve did (reported by `--verbose` and in Result).
+struct PresolveStats {
+  int rows_removed = 0;     ///< empty, singleton and redundant rows
+  int cols_removed = 0;     ///< fixed columns substituted out
+  int bounds_tightened = 0; ///< column bounds changed (singleton rows, activities)
+  int coefs_tightened = 0;  ///< coefficients of binaries reduced
+  bool infeasible = false;  ///< a row or a column's bounds cannot be met
+};
+
 /// Outcome of `solve`. `objective` is NaN and `solution` empty when no solution was
 /// found; `bound` is the proven bound on the optimum (lower for minimisation, upper for
 /// maximisation); gap = |objective - bound| / max(|objective|, 1e-10), +inf without a
@@ -88,6 +99,9 @@ struct Result {
   long nodes = 0;
   long lp_iterations = 0;
   double seconds = 0;
+  PresolveStats presolve;  ///< what presolve removed (zero when off)
+  /// Root LP bound before and after the cuts (problem's sense; NaN when not reached).
+  double root_bound = std::nan(""), root_bound_cuts = std::nan("");
   bool has_solution() const { return !solution.empty(); }
 };
 

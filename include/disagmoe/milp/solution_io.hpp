@@ -28,7 +28,8 @@ struct SolutionCheck {
   /// "" when nothing is violated, else e.g. "row c12 (activity 3.5, bounds [-inf, 3])",
   /// "bound of x7 (value -1, bounds [0, 4])", "integrality of x3 (value 0.5)".
   std::string worst;
-  /// Problem::max_scaled_violation: rows relative to max(1, |side|), the solver's rule.
+  /// Problem::max_scaled_violation: rows relative to the error their continuous
+  /// terms can carry (integer-only rows absolute), the solver's rule.
   double max_scaled_violation = 0;
   /// Whether max_scaled_violation <= tol (the tolerance given to check_solution), the
   /// test the solver applies to its incumbents.
@@ -78,7 +79,7 @@ inline SolutionCheck check_solution(const Problem& p, const std::vector<double>&
     note(p.row_lo(i) - a, row);
     note(a - p.row_hi(i), row);
   }
-  c.max_scaled_violation = p.max_scaled_violation(x);
+  c.max_scaled_violation = p.max_scaled_violation(x, tol);
   c.feasible = c.max_scaled_violation <= tol;
   return c;
 }
