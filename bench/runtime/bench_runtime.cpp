@@ -13,6 +13,9 @@
 // run: measured step time, exposed communication (a transfer in flight while its worker
 // computes nothing), the calibrated simulator's figures, the prediction error, the exposed
 // share of the step, and exposed communication and speed relative to the first 1F1B-EP.
+// Exposed communication is given twice: the mean over workers, and the bottleneck's (the
+// worker that computes longest: what lengthens the step; AF-Pipe's lighter side waiting
+// on a transfer while the busier one computes counts in the mean only).
 //
 //   bench_runtime [--model tiny|small] [--world 2,4] [--micro-batches N] [--micro-batch S]
 //                 [--steps N] [--comm-share F] [--latency S]
@@ -90,7 +93,7 @@ double colocated_step(const dm::ModelSpec& spec, const rt::TrainOptions& t, cons
 }
 
 struct Result {
-  double step = 0, exposed = 0, predicted_step = 0, predicted_exposed = 0;
+  double step = 0, exposed = 0, predicted_step = 0, predicted_exposed = 0, bottleneck = 0, predicted_bottleneck = 0;
 };
 
 /// Median measured and predicted figures of a run under `opt` on loopback workers over
@@ -98,7 +101,7 @@ struct Result {
 Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& data, const rt::DisaggregatedOptions& opt,
            const dm::host::NetworkConfig& net) {
   dm::host::LoopbackWorld world(rt::world_size(opt), net);
-  std::vector<double> steps, exposed, pstep, pexposed;
+  std::vector<double> steps, exposed, pstep, pexposed, bneck, pbneck;
   dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& tp) {
     rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(Attention(spec, {}), Experts(spec, {}),
                                                                                 spec, t, opt, tp);
@@ -114,10 +117,13 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       steps.push_back(secs);
       exposed.push_back(rt::exposed_comm_seconds(tr.schedule(), measured));
       pstep.push_back(sim.step_seconds);
-      pexposed.push_back(rt::exposed_comm_seconds(cal, dm::io::simulated_run(cal, sim)));
+      const auto simulated = dm::io::simulated_run(cal, sim);
+      pexposed.push_back(rt::exposed_comm_seconds(cal, simulated));
+      bneck.push_back(rt::bottleneck_exposed_comm_seconds(tr.schedule(), measured));
+      pbneck.push_back(rt::bottleneck_exposed_comm_seconds(cal, simulated));
     }
   });
-  return {median(steps), median(exposed), median(pstep), median(pexposed)};
+  return {median(steps), median(exposed), median(pstep), median(pexposed), median(bneck), median(pbneck)};
 }
 
 /// Bytes a rank of the busiest worker of one step under `opt` sends to other ranks (an
@@ -239,8 +245,8 @@ int main(int argc, char** argv) {
       net.latency = o.latency;
       std::printf("\n%d ranks, emulated NIC %.1f MB/s per rank, latency %.0f us (1F1B-EP p=1 without network: %.4f s)\n",
                   w, bw / 1e6, o.latency * 1e6, compute);
-      std::printf("%-22s %9s %10s %7s %10s %10s %8s %9s %9s\n", "schedule", "step s", "predicted", "err %", "exposed s",
-                  "predicted", "share %", "exp/1f1b", "speedup");
+      std::printf("%-22s %9s %10s %7s %10s %10s %8s %9s %10s %10s %9s %9s\n", "schedule", "step s", "predicted", "err %",
+                  "exposed s", "predicted", "share %", "exp/1f1b", "bottleneck", "predicted", "bn/1f1b", "speedup");
       auto vs = variants(w, spec.layers, o.micro_batches);
       std::vector<Result> rs;
       const Result* ref = nullptr;  // the first 1F1B-EP row
@@ -253,9 +259,10 @@ int main(int argc, char** argv) {
         if (vs[i].opt.schedule == rt::ScheduleKind::kOneFOneB) ref = &rs[i];
       for (std::size_t i = 0; i < vs.size(); ++i) {
         const Result& r = rs[i];
-        std::printf("%-22s %9.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %8.2fx\n", vs[i].name.c_str(), r.step,
-                    r.predicted_step, 100 * (r.predicted_step - r.step) / r.step, r.exposed, r.predicted_exposed,
-                    100 * r.exposed / r.step, r.exposed / ref->exposed, ref->step / r.step);
+        std::printf("%-22s %9.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %10.4f %10.4f %8.2fx %8.2fx\n",
+                    vs[i].name.c_str(), r.step, r.predicted_step, 100 * (r.predicted_step - r.step) / r.step, r.exposed,
+                    r.predicted_exposed, 100 * r.exposed / r.step, r.exposed / ref->exposed, r.bottleneck,
+                    r.predicted_bottleneck, r.bottleneck / ref->bottleneck, ref->step / r.step);
       }
     }
     return 0;

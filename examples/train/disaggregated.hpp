@@ -78,8 +78,8 @@ struct RunOutcome {
   nlohmann::json curve = nlohmann::json::array();
   std::int64_t tokens = 0;
   double seconds = 0, initial = std::nan(""), final_loss = std::nan("");
-  std::vector<double> step_seconds, exposed_comm_seconds;
-  double predicted_step_seconds = 0, simulated_exposed_comm_seconds = 0;
+  std::vector<double> step_seconds, exposed_comm_seconds, bottleneck_exposed_comm_seconds;
+  double predicted_step_seconds = 0, simulated_exposed_comm_seconds = 0, simulated_bottleneck_exposed_comm_seconds = 0;
   bool rank0 = true;
   int ranks = 0;
 };
@@ -237,6 +237,7 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     auto run = rt::measured_run(tr.lowered(), timelines);
     out.step_seconds.push_back(step_s);
     out.exposed_comm_seconds.push_back(rt::exposed_comm_seconds(tr.schedule(), run));
+    out.bottleneck_exposed_comm_seconds.push_back(rt::bottleneck_exposed_comm_seconds(tr.schedule(), run));
     last_run = std::move(run);
     last_timelines = timelines;
     out.tokens += static_cast<std::int64_t>(b.inputs.size());
@@ -267,6 +268,7 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     const auto sim_run = io::simulated_run(cal, sim, "simulated");
     out.predicted_step_seconds = sim.step_seconds;
     out.simulated_exposed_comm_seconds = rt::exposed_comm_seconds(cal, sim_run);
+    out.simulated_bottleneck_exposed_comm_seconds = rt::bottleneck_exposed_comm_seconds(cal, sim_run);
     if (!trace.empty()) io::write_chrome_trace(trace, tr.schedule(), std::vector<io::TraceRun>{*last_run, sim_run});
   }
 }

@@ -403,7 +403,9 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
     json dis{{"schedule", a.d.schedule}, {"transport", a.d.transport}, {"ranks", out.ranks},
              {"step_seconds", mean(out.step_seconds)}, {"exposed_comm_seconds", mean(out.exposed_comm_seconds)},
              {"predicted_step_seconds", out.predicted_step_seconds},
-             {"predicted_exposed_comm_seconds", out.simulated_exposed_comm_seconds}};
+             {"predicted_exposed_comm_seconds", out.simulated_exposed_comm_seconds},
+             {"bottleneck_exposed_comm_seconds", mean(out.bottleneck_exposed_comm_seconds)},
+             {"predicted_bottleneck_exposed_comm_seconds", out.simulated_bottleneck_exposed_comm_seconds}};
     if (placement) dis["placement"] = *placement;
     if (ref) {
       std::vector<double> losses, ref_losses;

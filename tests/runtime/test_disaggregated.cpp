@@ -444,9 +444,10 @@ TEST_CASE("a throwing worker stops every worker within the deadline, the error n
 
 namespace {
 
-// Exact oracle of exposed communication: cut time at every interval end point and test
-// each elementary segment's midpoint.
-double exposed_oracle(const disagmoe::schedule::Schedule& s, const disagmoe::io::TraceRun& run) {
+// Exact oracle of exposed communication per worker (and of its compute time, in `busy`):
+// cut time at every interval end point and test each elementary segment's midpoint.
+std::vector<double> exposed_oracle_per_worker(const disagmoe::schedule::Schedule& s, const disagmoe::io::TraceRun& run,
+                                              std::vector<double>& busy_time) {
   namespace ds = disagmoe::schedule;
   const std::size_t nw = s.workers.size();
   std::vector<std::vector<std::pair<double, double>>> busy(nw), comm(nw);
@@ -463,7 +464,8 @@ double exposed_oracle(const disagmoe::schedule::Schedule& s, const disagmoe::io:
     comm[static_cast<std::size_t>(o.worker)].emplace_back(t, arrive[op]);
     comm[static_cast<std::size_t>(o.peer)].emplace_back(t, arrive[op]);
   }
-  double total = 0;
+  std::vector<double> exposed(nw, 0.0);
+  busy_time.assign(nw, 0.0);
   for (std::size_t w = 0; w < nw; ++w) {
     std::vector<double> cuts;
     for (const auto* v : {&busy[w], &comm[w]})
@@ -476,15 +478,24 @@ double exposed_oracle(const disagmoe::schedule::Schedule& s, const disagmoe::io:
           if (a < mid && mid < b) return true;
         return false;
       };
-      if (inside(comm[w]) && !inside(busy[w])) total += cuts[i] - cuts[i - 1];
+      if (inside(comm[w]) && !inside(busy[w])) exposed[w] += cuts[i] - cuts[i - 1];
+      if (inside(busy[w])) busy_time[w] += cuts[i] - cuts[i - 1];
     }
   }
-  return total / static_cast<double>(nw);
+  return exposed;
+}
+
+double exposed_oracle(const disagmoe::schedule::Schedule& s, const disagmoe::io::TraceRun& run) {
+  std::vector<double> busy;
+  const auto per = exposed_oracle_per_worker(s, run, busy);
+  double total = 0;
+  for (double e : per) total += e;
+  return total / static_cast<double>(per.size());
 }
 
 }  // namespace
 
-TEST_CASE("exposed communication: interval sweep equals the exact oracle and the simulator's own figure") {
+TEST_CASE("exposed communication: interval sweep equals the exact oracle and the simulator's own figure; the bottleneck's share") {
   namespace ds = disagmoe::schedule;
   for (int p : {1, 2, 3})
     for (bool fuse : {true, false}) {
@@ -504,6 +515,11 @@ TEST_CASE("exposed communication: interval sweep equals the exact oracle and the
       CHECK(got == doctest::Approx(exposed_oracle(s, run)).epsilon(1e-9));
       CHECK(got == doctest::Approx(r.exposed_comm_seconds).epsilon(1e-9));
       CHECK(got > 0);
+      // The bottleneck's share: the worker computing longest, by the oracle's own count.
+      std::vector<double> busy;
+      const auto per = exposed_oracle_per_worker(s, run, busy);
+      const auto w = static_cast<std::size_t>(std::max_element(busy.begin(), busy.end()) - busy.begin());
+      CHECK(rt::bottleneck_exposed_comm_seconds(s, run) == doctest::Approx(per[w]).epsilon(1e-9));
     }
 }
 

@@ -2,6 +2,8 @@
 // The model's own routing (ColocatedTrainer::routing) against the stages' forward, and an
 // expert placement fitted to it (runtime/expert_placement.hpp) against a planted routing
 // whose best placement and row counts are known in closed form.
+#include "disaggregated_cases.hpp"
+
 #include <disagmoe/model/reference_attention.hpp>
 #include <disagmoe/model/reference_experts.hpp>
 #include <disagmoe/runtime/colocated_trainer.hpp>
@@ -19,22 +21,8 @@ namespace mo = disagmoe::model;
 
 namespace {
 
-dm::ModelSpec spec_with_dense_first() {
-  dm::ModelSpec m;
-  m.layers = 3;
-  m.first_dense_layers = 1;
-  m.dense_ffn = 10;
-  m.hidden = 8;
-  m.heads = 4;
-  m.kv_heads = 2;
-  m.head_dim = 4;
-  m.experts = 4;
-  m.top_k = 2;
-  m.expert_ffn = 6;
-  m.vocab = 256;
-  m.seq_len = 5;
-  return m;
-}
+// The shared small model (disaggregated_cases.hpp) with a dense first layer, then two MoE.
+dm::ModelSpec spec_with_dense_first() { return disaggregated_test::spec_of(3, 2, 1, 0); }
 
 }  // namespace
 

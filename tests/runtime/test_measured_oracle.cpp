@@ -2,6 +2,8 @@
 // Measured step times for the planner's local search (runtime/measured_oracle.hpp): the
 // layout of an allocation against hand counts, the oracle against a counting measurement
 // (what it calls, what it skips), and a real search over loopback training runs.
+#include "disaggregated_cases.hpp"
+
 #include <disagmoe/model/reference_attention.hpp>
 #include <disagmoe/model/reference_experts.hpp>
 #include <disagmoe/plan/adaptive_allocator.hpp>
@@ -23,19 +25,10 @@ namespace pl = disagmoe::plan;
 
 namespace {
 
+// The shared small model (disaggregated_cases.hpp), one sequence per planner micro-batch.
 dm::ModelSpec tiny_model() {
-  dm::ModelSpec m;
+  dm::ModelSpec m = disaggregated_test::spec_of(2, 2, 0, 0);
   m.name = "tiny-test";
-  m.layers = 2;
-  m.hidden = 8;
-  m.heads = 4;
-  m.kv_heads = 2;
-  m.head_dim = 4;
-  m.experts = 4;
-  m.top_k = 2;
-  m.expert_ffn = 6;
-  m.vocab = 256;
-  m.seq_len = 6;
   m.micro_batch = 1;
   return m;
 }

@@ -75,9 +75,14 @@ inline double uncovered(std::vector<std::pair<double, double>> iv, std::vector<s
 
 }  // namespace detail
 
-/// Mean over workers of exposed communication (file comment) in `run` of `s`. A transfer
-/// without both ends in `run` is left out. O(events log events).
-inline double exposed_comm_seconds(const schedule::Schedule& s, const io::TraceRun& run) {
+/// Per worker of `s`: exposed communication (file comment) and compute busy time in
+/// `run`. A transfer without both ends in `run` is left out. O(events log events).
+struct WorkerExposure {
+  std::vector<double> exposed;  ///< [worker] seconds some transfer touching it is active while it computes nothing
+  std::vector<double> busy;     ///< [worker] seconds it computes (union of its compute ops)
+};
+
+inline WorkerExposure worker_exposure(const schedule::Schedule& s, const io::TraceRun& run) {
   const std::size_t nw = s.workers.size();
   std::vector<double> post(s.ops.size(), -1), arrive(s.ops.size(), -1);
   std::vector<std::vector<std::pair<double, double>>> busy(nw), comm(nw);
@@ -97,9 +102,31 @@ inline double exposed_comm_seconds(const schedule::Schedule& s, const io::TraceR
     if (!schedule::is_comm(op.kind) || op.peer == op.worker || post[i] < 0) continue;
     for (int w : {op.worker, op.peer}) comm[static_cast<std::size_t>(w)].emplace_back(post[i], arrive[i]);
   }
+  WorkerExposure out;
+  for (std::size_t w = 0; w < nw; ++w) {
+    out.exposed.push_back(detail::uncovered(comm[w], busy[w]));
+    out.busy.push_back(detail::uncovered(busy[w], {}));
+  }
+  return out;
+}
+
+/// Mean over workers of exposed communication (file comment) in `run` of `s`.
+inline double exposed_comm_seconds(const schedule::Schedule& s, const io::TraceRun& run) {
+  const WorkerExposure x = worker_exposure(s, run);
   double total = 0;
-  for (std::size_t w = 0; w < nw; ++w) total += detail::uncovered(comm[w], busy[w]);
-  return nw > 0 ? total / static_cast<double>(nw) : 0.0;
+  for (double e : x.exposed) total += e;
+  return x.exposed.empty() ? 0.0 : total / static_cast<double>(x.exposed.size());
+}
+
+/// Exposed communication of the bottleneck worker, the one that computes longest (ties:
+/// the first): the communication that lengthens the step. An under-loaded worker that
+/// waits on a transfer while the bottleneck computes (AF-Pipe's lighter side) adds to
+/// the mean of exposed_comm_seconds but not to this.
+inline double bottleneck_exposed_comm_seconds(const schedule::Schedule& s, const io::TraceRun& run) {
+  const WorkerExposure x = worker_exposure(s, run);
+  if (x.busy.empty()) return 0.0;
+  const auto w = std::max_element(x.busy.begin(), x.busy.end()) - x.busy.begin();
+  return x.exposed[static_cast<std::size_t>(w)];
 }
 
 /// `s` with every compute op costing what it measured (ops not measured keep their
