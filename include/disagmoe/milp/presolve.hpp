@@ -118,7 +118,8 @@ class Presolver {
       return;
     }
     if (row.size() == 1) {  // a x_j in [lo, hi]: a bound of x_j
-      const auto [j, a] = row[0];
+      const int j = row[0].first;  // (not structured bindings: clang 14 cannot capture them)
+      const double a = row[0].second;
       // The quotient relaxed by its rounding error unless it is exact.
       auto divide = [&](double side, double dir) {
         const double q = side / a;
@@ -212,8 +213,8 @@ class Presolver {
         for (auto& [k, v] : t) v *= sgn;
         for (auto& [k, v] : t)
           if (k == j) v = new_a;
-        dbg_->check_cut(t, -kInf, new_rhs, [&] {
-          return "presolve coefficient tightening of " + p_.var_name(j) + " in row " + p_.row_name(i);
+        dbg_->check_cut(t, -kInf, new_rhs, [&, col = j] {
+          return "presolve coefficient tightening of " + p_.var_name(col) + " in row " + p_.row_name(i);
         });
       }
       coef = sgn * new_a;
