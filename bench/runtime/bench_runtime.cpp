@@ -10,8 +10,12 @@
 // The emulated network is set per world size from 1F1B-EP on one stage of all the ranks:
 // the NIC bandwidth at which its busiest rank's all-to-all bytes take `--comm-share` of
 // its step (measured without a network), so that all-to-all is worth hiding. Reported per
-// run: measured step time, exposed communication (a transfer in flight while its worker
-// computes nothing), the calibrated simulator's figures, the prediction error, the exposed
+// run: measured step time, the span of the schedule's ops within it (the rest is the
+// step start, the replicas' gradient sum, the statistics and the optimizer, which the
+// schedule does not contain), exposed communication (a transfer in flight while its
+// worker computes nothing), the simulator's figures for the schedule calibrated with the
+// run's own compute times and per-transfer overhead, the prediction error against the
+// schedule's span, the exposed
 // share of the step, and exposed communication and speed relative to the first 1F1B-EP.
 // Exposed communication is given twice: the mean over workers, and the bottleneck's (the
 // worker that computes longest: what lengthens the step; AF-Pipe's lighter side waiting
@@ -93,7 +97,8 @@ double colocated_step(const dm::ModelSpec& spec, const rt::TrainOptions& t, cons
 }
 
 struct Result {
-  double step = 0, exposed = 0, predicted_step = 0, predicted_exposed = 0, bottleneck = 0, predicted_bottleneck = 0;
+  double step = 0, schedule = 0, exposed = 0, predicted_step = 0, predicted_exposed = 0, bottleneck = 0,
+         predicted_bottleneck = 0;
 };
 
 /// Median measured and predicted figures of a run under `opt` on loopback workers over
@@ -101,7 +106,7 @@ struct Result {
 Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& data, const rt::DisaggregatedOptions& opt,
            const dm::host::NetworkConfig& net) {
   dm::host::LoopbackWorld world(rt::world_size(opt), net);
-  std::vector<double> steps, exposed, pstep, pexposed, bneck, pbneck;
+  std::vector<double> steps, span, exposed, pstep, pexposed, bneck, pbneck;
   dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& tp) {
     rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(Attention(spec, {}), Experts(spec, {}),
                                                                                 spec, t, opt, tp);
@@ -115,6 +120,7 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       const auto cal = rt::calibrated(tr.schedule(), measured, timelines);
       const auto sim = dm::schedule::simulate(cal);
       steps.push_back(secs);
+      span.push_back(measured.step_seconds);
       exposed.push_back(rt::exposed_comm_seconds(tr.schedule(), measured));
       pstep.push_back(sim.step_seconds);
       const auto simulated = dm::io::simulated_run(cal, sim);
@@ -123,7 +129,7 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       pbneck.push_back(rt::bottleneck_exposed_comm_seconds(cal, simulated));
     }
   });
-  return {median(steps), median(exposed), median(pstep), median(pexposed), median(bneck), median(pbneck)};
+  return {median(steps), median(span), median(exposed), median(pstep), median(pexposed), median(bneck), median(pbneck)};
 }
 
 /// Bytes a rank of the busiest worker of one step under `opt` sends to other ranks (an
@@ -245,8 +251,9 @@ int main(int argc, char** argv) {
       net.latency = o.latency;
       std::printf("\n%d ranks, emulated NIC %.1f MB/s per rank, latency %.0f us (1F1B-EP p=1 without network: %.4f s)\n",
                   w, bw / 1e6, o.latency * 1e6, compute);
-      std::printf("%-22s %9s %10s %7s %10s %10s %8s %9s %10s %10s %9s %9s\n", "schedule", "step s", "predicted", "err %",
-                  "exposed s", "predicted", "share %", "exp/1f1b", "bottleneck", "predicted", "bn/1f1b", "speedup");
+      std::printf("%-22s %8s %10s %10s %7s %10s %10s %8s %9s %10s %10s %9s %9s\n", "schedule", "step s", "schedule s",
+                  "predicted", "err %", "exposed s", "predicted", "share %", "exp/1f1b", "bottleneck", "predicted",
+                  "bn/1f1b", "speedup");
       auto vs = variants(w, spec.layers, o.micro_batches);
       std::vector<Result> rs;
       const Result* ref = nullptr;  // the first 1F1B-EP row
@@ -259,8 +266,9 @@ int main(int argc, char** argv) {
         if (vs[i].opt.schedule == rt::ScheduleKind::kOneFOneB) ref = &rs[i];
       for (std::size_t i = 0; i < vs.size(); ++i) {
         const Result& r = rs[i];
-        std::printf("%-22s %9.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %10.4f %10.4f %8.2fx %8.2fx\n",
-                    vs[i].name.c_str(), r.step, r.predicted_step, 100 * (r.predicted_step - r.step) / r.step, r.exposed,
+        std::printf("%-22s %8.4f %10.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %10.4f %10.4f %8.2fx %8.2fx\n",
+                    vs[i].name.c_str(), r.step, r.schedule, r.predicted_step,
+                    100 * (r.predicted_step - r.schedule) / r.schedule, r.exposed,
                     r.predicted_exposed, 100 * r.exposed / r.step, r.exposed / ref->exposed, r.bottleneck,
                     r.predicted_bottleneck, r.bottleneck / ref->bottleneck, ref->step / r.step);
       }

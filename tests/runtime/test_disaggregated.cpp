@@ -523,6 +523,48 @@ TEST_CASE("exposed communication: interval sweep equals the exact oracle and the
     }
 }
 
+TEST_CASE("calibration recovers a per-transfer software overhead the network model lacks") {
+  namespace ds = disagmoe::schedule;
+  for (int p : {1, 2})
+    for (bool fuse : {true, false}) {
+      CAPTURE(p);
+      CAPTURE(fuse);
+      rt::DisaggregatedOptions opt;
+      opt.pairs = p;
+      opt.policy.fuse_combine_dispatch = fuse;
+      opt.bytes_per_second = 2e6;
+      opt.latency_seconds = 1e-4;
+      auto spec = spec_of(2 * p + 1, 2, 1, 0);
+      spec.micro_batch = 2;
+      const auto s = rt::build_schedule(spec, opt, 5);
+      // The "measured" run: the same schedule where every message costs 3e-4 s more.
+      const double overhead = 3e-4;
+      auto truth = s;
+      truth.network.nic_latency += overhead;
+      truth.network.nvlink_latency += overhead;
+      const auto truth_sim = ds::simulate(truth);
+      auto run = disagmoe::io::simulated_run(truth, truth_sim);
+      // A minority of transfers also waited for their receiver: 5 ms longer.
+      std::size_t comm = 0, late = 0;
+      for (auto& e : run.events)
+        if (ds::is_comm(s.ops[static_cast<std::size_t>(e.op)].kind) && comm++ % 5 == 0) e.end += 5e-3, ++late;
+      REQUIRE(late > 0);
+      CHECK(rt::comm_overhead_seconds(s, run) == doctest::Approx(overhead).epsilon(1e-6));
+      const auto cal = rt::calibrated(s, run);
+      CHECK(cal.network.nic_latency == doctest::Approx(s.network.nic_latency + overhead).epsilon(1e-6));
+      CHECK(ds::simulate(cal).step_seconds == doctest::Approx(truth_sim.step_seconds).epsilon(1e-6));
+    }
+  // Nothing but compute: no overhead to find.
+  auto spec = spec_of(3, 2, 1, 0);
+  spec.micro_batch = 2;
+  rt::DisaggregatedOptions opt;
+  const auto s = rt::build_schedule(spec, opt, 2);
+  disagmoe::io::TraceRun compute_only{"m", 0, {}};
+  for (const auto& e : disagmoe::io::simulated_run(s, ds::simulate(s)).events)
+    if (!ds::is_comm(s.ops[static_cast<std::size_t>(e.op)].kind)) compute_only.events.push_back(e);
+  CHECK(rt::comm_overhead_seconds(s, compute_only) == 0.0);
+}
+
 TEST_CASE("measured timelines: every task ran once, after its dependencies, in stream order; receives after sends") {
   namespace ds = disagmoe::schedule;
   const auto spec = spec_of(5, 2, 1, 1);

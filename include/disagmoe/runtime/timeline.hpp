@@ -82,25 +82,32 @@ struct WorkerExposure {
   std::vector<double> busy;     ///< [worker] seconds it computes (union of its compute ops)
 };
 
+/// Per op of `s`: its interval in `run` where it has one, else (-1, -1). A transfer
+/// between workers runs from its sender's post to its receiver's arrival (the sender's
+/// end where the receiver is not in `run`); anything else, from its start to its end.
+inline std::vector<std::pair<double, double>> op_intervals(const schedule::Schedule& s, const io::TraceRun& run) {
+  std::vector<std::pair<double, double>> iv(s.ops.size(), {-1.0, -1.0});
+  for (const auto& e : run.events) {
+    auto& [start, end] = iv.at(static_cast<std::size_t>(e.op));
+    if (!e.receive) start = e.start;
+    if (e.receive || end < 0) end = e.end;
+  }
+  for (auto& x : iv)
+    if (x.first < 0 || x.second < 0) x = {-1.0, -1.0};  // a receive whose post is missing
+  return iv;
+}
+
 inline WorkerExposure worker_exposure(const schedule::Schedule& s, const io::TraceRun& run) {
   const std::size_t nw = s.workers.size();
-  std::vector<double> post(s.ops.size(), -1), arrive(s.ops.size(), -1);
   std::vector<std::vector<std::pair<double, double>>> busy(nw), comm(nw);
-  for (const auto& e : run.events) {
-    const auto& op = s.ops.at(static_cast<std::size_t>(e.op));
-    if (!schedule::is_comm(op.kind)) {
-      busy[static_cast<std::size_t>(e.worker)].emplace_back(e.start, e.end);
-    } else if (op.peer == op.worker) {  // inside a worker
-      comm[static_cast<std::size_t>(e.worker)].emplace_back(e.start, e.end);
-    } else {
-      if (!e.receive) post[static_cast<std::size_t>(e.op)] = e.start;
-      if (e.receive || arrive[static_cast<std::size_t>(e.op)] < 0) arrive[static_cast<std::size_t>(e.op)] = e.end;
-    }
-  }
+  const auto iv = op_intervals(s, run);
   for (std::size_t i = 0; i < s.ops.size(); ++i) {
     const auto& op = s.ops[i];
-    if (!schedule::is_comm(op.kind) || op.peer == op.worker || post[i] < 0) continue;
-    for (int w : {op.worker, op.peer}) comm[static_cast<std::size_t>(w)].emplace_back(post[i], arrive[i]);
+    if (iv[i].first < 0) continue;
+    if (!schedule::is_comm(op.kind)) busy[static_cast<std::size_t>(op.worker)].push_back(iv[i]);
+    else if (op.peer == op.worker) comm[static_cast<std::size_t>(op.worker)].push_back(iv[i]);  // inside a worker
+    else
+      for (int w : {op.worker, op.peer}) comm[static_cast<std::size_t>(w)].push_back(iv[i]);
   }
   WorkerExposure out;
   for (std::size_t w = 0; w < nw; ++w) {
@@ -133,8 +140,8 @@ inline double bottleneck_exposed_comm_seconds(const schedule::Schedule& s, const
 /// cost), so that simulating it predicts the measured run from its own op times. The
 /// cost is the op's CPU time where `timelines` has it (the simulator itself slows
 /// compute ops that overlap on a worker), else its wall time in `run`.
-inline schedule::Schedule calibrated(schedule::Schedule s, const io::TraceRun& run,
-                                     std::span<const std::vector<MeasuredOp>> timelines = {}) {
+inline schedule::Schedule calibrated_compute(schedule::Schedule s, const io::TraceRun& run,
+                                             std::span<const std::vector<MeasuredOp>> timelines = {}) {
   for (const auto& e : run.events) {
     auto& op = s.ops.at(static_cast<std::size_t>(e.op));
     if (schedule::is_comm(op.kind)) continue;
@@ -143,6 +150,62 @@ inline schedule::Schedule calibrated(schedule::Schedule s, const io::TraceRun& r
                            : -1.0;
     op.seconds = std::max(0.0, cpu >= 0 ? cpu : e.end - e.start);
   }
+  return s;
+}
+
+/// What a transfer costs beyond the network model's latency and bytes / bandwidth: the
+/// transport's and the token kernels' work on the comm stream and thread wake-ups (LogGP's
+/// overhead o). The o that, added to every message's latency, makes the median transfer of
+/// `measured` last as long as it does in the simulation of `s` (whose compute ops should
+/// already be calibrated): the simulation keeps its contention model, and a median is not
+/// moved by the minority of transfers that also waited for their receiver. Bisection: the
+/// simulated durations grow with the latency. 0 without transfers, or when the model is
+/// already slower.
+inline double comm_overhead_seconds(const schedule::Schedule& s, const io::TraceRun& measured) {
+  const auto m = op_intervals(s, measured);
+  std::vector<std::size_t> ids;
+  double longest = 0;
+  for (std::size_t i = 0; i < s.ops.size(); ++i)
+    if (schedule::is_comm(s.ops[i].kind) && s.ops[i].kind != schedule::OpKind::kAllReduce && m[i].first >= 0) {
+      ids.push_back(i);
+      longest = std::max(longest, m[i].second - m[i].first);
+    }
+  if (ids.empty()) return 0.0;
+  // Median over the transfers of measured minus simulated duration, at overhead o.
+  auto gap = [&](double o) {
+    schedule::Schedule t = s;
+    t.network.nic_latency += o;
+    t.network.nvlink_latency += o;
+    const auto sim = op_intervals(t, io::simulated_run(t, schedule::simulate(t)));
+    std::vector<double> d;
+    for (std::size_t i : ids)
+      if (sim[i].first >= 0) d.push_back((m[i].second - m[i].first) - (sim[i].second - sim[i].first));
+    if (d.empty()) return 0.0;
+    const auto mid = d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2);
+    std::nth_element(d.begin(), mid, d.end());
+    return *mid;
+  };
+  if (gap(0.0) <= 0) return 0.0;
+  double lo = 0, hi = longest;
+  if (gap(hi) > 0) return hi;
+  for (int it = 0; it < 60 && hi - lo > 1e-12; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (gap(mid) > 0 ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+/// `s` calibrated from its measured `run`: compute ops at their measured cost
+/// (`calibrated_compute`) and every message's latency raised by the measured per-transfer
+/// overhead (`comm_overhead_seconds`), so that the simulation predicts the run from its
+/// own op times. The data-parallel all-reduce, which the runtime runs after the schedule,
+/// keeps its modelled cost.
+inline schedule::Schedule calibrated(schedule::Schedule s, const io::TraceRun& run,
+                                     std::span<const std::vector<MeasuredOp>> timelines = {}) {
+  s = calibrated_compute(std::move(s), run, timelines);
+  const double o = comm_overhead_seconds(s, run);
+  s.network.nic_latency += o;
+  s.network.nvlink_latency += o;
   return s;
 }
 
