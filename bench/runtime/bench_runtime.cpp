@@ -14,7 +14,7 @@
 // step start, the replicas' gradient sum, the statistics and the optimizer, which the
 // schedule does not contain), exposed communication (a transfer in flight while its
 // worker computes nothing), the simulator's figures for the schedule calibrated with the
-// run's own compute times and per-transfer overhead, the prediction error against the
+// run's own compute times and per-transfer overhead (on the host's cores), the prediction error against the
 // schedule's span, the exposed
 // share of the step, and exposed communication and speed relative to the first 1F1B-EP.
 // Exposed communication is given twice: the mean over workers, and the bottleneck's (the
@@ -117,7 +117,8 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       const auto timelines = tr.gather_timelines();
       if (tp.rank() != 0 || s == 0) continue;
       const auto measured = rt::measured_run(tr.lowered(), timelines);
-      const auto cal = rt::calibrated(tr.schedule(), measured, timelines);
+      const auto cal =
+          rt::calibrated(tr.schedule(), measured, timelines, static_cast<int>(std::thread::hardware_concurrency()));
       const auto sim = dm::schedule::simulate(cal);
       steps.push_back(secs);
       span.push_back(measured.step_seconds);

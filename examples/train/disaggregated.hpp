@@ -32,6 +32,8 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace disagmoe::train_cli {
@@ -78,7 +80,9 @@ struct RunOutcome {
   nlohmann::json curve = nlohmann::json::array();
   std::int64_t tokens = 0;
   double seconds = 0, initial = std::nan(""), final_loss = std::nan("");
-  std::vector<double> step_seconds, exposed_comm_seconds, bottleneck_exposed_comm_seconds;
+  // schedule_seconds: the span of the schedule's ops within a step (the rest is the step
+  // start, the replicas' gradient sum, the statistics and the optimizer).
+  std::vector<double> step_seconds, schedule_seconds, exposed_comm_seconds, bottleneck_exposed_comm_seconds;
   double predicted_step_seconds = 0, simulated_exposed_comm_seconds = 0, simulated_bottleneck_exposed_comm_seconds = 0;
   bool rank0 = true;
   int ranks = 0;
@@ -236,6 +240,7 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     if (!lead) continue;
     auto run = rt::measured_run(tr.lowered(), timelines);
     out.step_seconds.push_back(step_s);
+    out.schedule_seconds.push_back(run.step_seconds);
     out.exposed_comm_seconds.push_back(rt::exposed_comm_seconds(tr.schedule(), run));
     out.bottleneck_exposed_comm_seconds.push_back(rt::bottleneck_exposed_comm_seconds(tr.schedule(), run));
     last_run = std::move(run);
@@ -262,8 +267,12 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
   full.set_steps(tr.steps());
   if (final_rng != nullptr) *final_rng = data_rng;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (last_run) {  // the simulator's prediction of the last step from its own op times
-    const auto cal = rt::calibrated(tr.schedule(), *last_run, last_timelines);
+  if (last_run) {  // the simulator's prediction of the last step's schedule from its own op times
+    // Loopback workers are threads sharing this host's cores; MPI ranks' hosts are unknown.
+    const int cores = std::is_same_v<Transport, host::LoopbackTransport>
+                          ? static_cast<int>(std::thread::hardware_concurrency())
+                          : 0;
+    const auto cal = rt::calibrated(tr.schedule(), *last_run, last_timelines, cores);
     const auto sim = schedule::simulate(cal);
     const auto sim_run = io::simulated_run(cal, sim, "simulated");
     out.predicted_step_seconds = sim.step_seconds;

@@ -401,7 +401,8 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
       return s / static_cast<double>(v.size() - 1);
     };
     json dis{{"schedule", a.d.schedule}, {"transport", a.d.transport}, {"ranks", out.ranks},
-             {"step_seconds", mean(out.step_seconds)}, {"exposed_comm_seconds", mean(out.exposed_comm_seconds)},
+             {"step_seconds", mean(out.step_seconds)}, {"schedule_seconds", mean(out.schedule_seconds)},
+             {"exposed_comm_seconds", mean(out.exposed_comm_seconds)},
              {"predicted_step_seconds", out.predicted_step_seconds},
              {"predicted_exposed_comm_seconds", out.simulated_exposed_comm_seconds},
              {"bottleneck_exposed_comm_seconds", mean(out.bottleneck_exposed_comm_seconds)},
@@ -423,7 +424,8 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
     }
     if (!a.json_out && train)
       std::cout << a.d.schedule << " on " << out.ranks << " ranks (" << a.d.transport
-                << "): step " << std::setprecision(3) << dis["step_seconds"].get<double>() << " s measured, "
+                << "): step " << std::setprecision(3) << dis["step_seconds"].get<double>() << " s, its schedule "
+                << dis["schedule_seconds"].get<double>() << " s measured, "
                 << dis["predicted_step_seconds"].get<double>() << " s predicted; exposed communication "
                 << dis["exposed_comm_seconds"].get<double>() << " s measured, "
                 << dis["predicted_exposed_comm_seconds"].get<double>() << " s predicted\n" << std::defaultfloat;

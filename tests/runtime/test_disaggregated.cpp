@@ -554,11 +554,19 @@ TEST_CASE("calibration recovers a per-transfer software overhead the network mod
       CHECK(cal.network.nic_latency == doctest::Approx(s.network.nic_latency + overhead).epsilon(1e-6));
       CHECK(ds::simulate(cal).step_seconds == doctest::Approx(truth_sim.step_seconds).epsilon(1e-6));
     }
-  // Nothing but compute: no overhead to find.
-  auto spec = spec_of(3, 2, 1, 0);
+  // Nothing but compute: no overhead to find. Four workers on one shared host core run
+  // their compute one op at a time (the step is at least the sum); on a core each they
+  // overlap.
+  auto spec = spec_of(5, 2, 1, 0);
   spec.micro_batch = 2;
   rt::DisaggregatedOptions opt;
-  const auto s = rt::build_schedule(spec, opt, 2);
+  opt.pairs = 2;
+  const auto s = rt::build_schedule(spec, opt, 4);
+  double compute = 0;
+  for (const auto& op : s.ops) compute += ds::is_comm(op.kind) ? 0.0 : op.seconds;
+  const auto measured = disagmoe::io::simulated_run(s, ds::simulate(s));
+  CHECK(ds::simulate(rt::calibrated(s, measured, {}, 1)).step_seconds >= compute * (1 - 1e-12));
+  CHECK(ds::simulate(rt::calibrated(s, measured)).step_seconds < 0.9 * compute);
   disagmoe::io::TraceRun compute_only{"m", 0, {}};
   for (const auto& e : disagmoe::io::simulated_run(s, ds::simulate(s)).events)
     if (!ds::is_comm(s.ops[static_cast<std::size_t>(e.op)].kind)) compute_only.events.push_back(e);

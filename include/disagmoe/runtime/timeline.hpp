@@ -196,13 +196,15 @@ inline double comm_overhead_seconds(const schedule::Schedule& s, const io::Trace
 }
 
 /// `s` calibrated from its measured `run`: compute ops at their measured cost
-/// (`calibrated_compute`) and every message's latency raised by the measured per-transfer
-/// overhead (`comm_overhead_seconds`), so that the simulation predicts the run from its
-/// own op times. The data-parallel all-reduce, which the runtime runs after the schedule,
-/// keeps its modelled cost.
+/// (`calibrated_compute`), at most `host_cores` of them at once across workers (the
+/// cores the run's worker threads shared; 0: a core each), and every message's latency
+/// raised by the measured per-transfer overhead (`comm_overhead_seconds`), so that the
+/// simulation predicts the run from its own op times. The data-parallel all-reduce,
+/// which the runtime runs after the schedule, keeps its modelled cost.
 inline schedule::Schedule calibrated(schedule::Schedule s, const io::TraceRun& run,
-                                     std::span<const std::vector<MeasuredOp>> timelines = {}) {
+                                     std::span<const std::vector<MeasuredOp>> timelines = {}, int host_cores = 0) {
   s = calibrated_compute(std::move(s), run, timelines);
+  s.network.host_cores = host_cores;
   const double o = comm_overhead_seconds(s, run);
   s.network.nic_latency += o;
   s.network.nvlink_latency += o;
