@@ -265,8 +265,8 @@ void shuffle_speed(std::int64_t tokens, std::int64_t auction_tokens) {
     const double fast_tl = static_cast<double>(tokens) * (layers - 1), auc_tl = static_cast<double>(auction_tokens) * (layers - 1);
     double fast_rate = 0, optimum = 0;
     for (const auto& [max_cycles, warm] : {std::pair{std::int64_t{-1}, true}, std::pair{std::int64_t{-1}, false}, std::pair{std::int64_t{0}, true},
-                                           std::pair{std::int64_t{G}, true}, std::pair{std::int64_t{0}, false},
-                                           std::pair{std::int64_t{G}, false}, std::pair{std::int64_t{4 * G}, false}}) {
+                                           std::pair{std::int64_t{0}, false},
+                                           std::pair{std::int64_t{G}, false}, std::pair{std::int64_t{2 * G}, false}, std::pair{std::int64_t{4 * G}, false}}) {
       double fs_score = 0, fs_bound = 0, fa_score = 0, fa_bound = 0;
       std::int64_t cyc = 0, opt = 0, nb = 0, c2 = 0, o2 = 0, n2 = 0;
       const FastAssignmentOptions fo{.max_cycles = max_cycles, .certify = max_cycles < 0};
