@@ -17,6 +17,7 @@
 #include <disagmoe/placement/objective.hpp>
 #include <disagmoe/placement/placement.hpp>
 #include <disagmoe/placement/routing_trace.hpp>
+#include <disagmoe/placement/replication.hpp>
 #include <disagmoe/placement/step_shuffle.hpp>
 #include <disagmoe/placement/synthetic.hpp>
 #include <disagmoe/placement/token_shuffle.hpp>
