@@ -15,6 +15,7 @@
 #include <disagmoe/placement/metrics.hpp>
 #include <disagmoe/placement/npy.hpp>
 #include <disagmoe/placement/objective.hpp>
+#include <disagmoe/placement/online.hpp>
 #include <disagmoe/placement/placement.hpp>
 #include <disagmoe/placement/routing_trace.hpp>
 #include <disagmoe/placement/replication.hpp>
