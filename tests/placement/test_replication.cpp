@@ -4,6 +4,7 @@
 // serving GPUs), rows and load recounted, and without replicas the send-once rows of
 // metrics.hpp's evaluate_placement.
 #include <disagmoe/placement/correlated.hpp>
+#include <disagmoe/placement/dispatch_plan.hpp>
 #include <disagmoe/placement/metrics.hpp>
 #include <disagmoe/placement/replication.hpp>
 
@@ -55,6 +56,7 @@ TEST_CASE("replicas: every token-expert pair served once on a holder; rows and l
   double worst = 0;
   for (int l = 0; l < L; ++l) {
     std::vector<std::int64_t> load(G, 0);
+    std::int64_t layer_rows = 0;
     for (std::int64_t t = 0; t < T; ++t) {
       const auto experts = eval.experts(t, l);
       std::set<int> dest;
@@ -70,7 +72,14 @@ TEST_CASE("replicas: every token-expert pair served once on a holder; rows and l
       }
       for (const auto e : experts) CHECK(served.count(e) == 1);  // exactly once per chosen expert
       rows += static_cast<std::int64_t>(dest.size());
+      layer_rows += static_cast<std::int64_t>(dest.size());
     }
+    // The serving GPUs of a layer are the send-once plan's input as they are.
+    const auto lt = static_cast<std::size_t>(l) * static_cast<std::size_t>(T);
+    const auto plan = make_dispatch_plan(std::span<const std::int32_t>(with.gpu).subspan(lt * static_cast<std::size_t>(k), static_cast<std::size_t>(T) * static_cast<std::size_t>(k)),
+                                         k, std::span<const std::int32_t>(home).subspan(lt, static_cast<std::size_t>(T)), G, 8, 1);
+    CHECK(plan.rows_dedup == layer_rows);
+    for (int g = 0; g < G; ++g) CHECK(plan.rows_to(g) <= load[static_cast<std::size_t>(g)]);  // a row carries >= 1 pair
     worst = std::max(worst, static_cast<double>(*std::max_element(load.begin(), load.end())) / (static_cast<double>(T) * k / G));
   }
   CHECK(with.rows_naive == T * L * k);

@@ -139,7 +139,7 @@ inline ReplicatedPlacement replicate_experts(const Placement& p, const CouplingS
 
 /// Where each token-expert pair is served, and what that costs.
 struct ReplicaDispatch {
-  std::vector<std::int32_t> gpu;  ///< [layer][token][slot]: the GPU serving that pair
+  std::vector<std::int32_t> gpu;  ///< [layer][token][slot]: the GPU serving that pair (per layer, make_dispatch_plan's expert_gpu)
   std::int64_t rows_naive = 0;    ///< tokens * layers * k
   std::int64_t rows_dedup = 0;    ///< distinct serving GPUs summed over token-layers
   double max_load_over_mean = 0;  ///< max over layers and GPUs of pairs served / mean
