@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_place: quality and cost of expert placement + token shuffling.
 //
-//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
+//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
 //
 // Quality: synthetic traces shaped like DeepSeek-V3 (256 experts, top-8), Qwen3-30B-A3B
 // (128, top-8), OLMoE (64, top-8) and the paper's top-2 case (128, top-2), at 8/16/32/64
@@ -14,8 +14,12 @@
 // micro-batches, tokens per CPU-second and objective ratio. Stats: coupling statistics
 // at 1M tokens against the previous counting loop and a plain read of the ids.
 // Planted: correlated placement against the planted placement on dense and sparse kinds.
+// Replicas: max/mean load and rows with 0..2 redundant expert slots per GPU. Online:
+// refits and migrations on a stream whose coupling changes midway.
 #include <disagmoe/placement/correlated.hpp>
 #include <disagmoe/placement/metrics.hpp>
+#include <disagmoe/placement/online.hpp>
+#include <disagmoe/placement/replication.hpp>
 #include <disagmoe/placement/step_shuffle.hpp>
 #include <disagmoe/placement/token_shuffle.hpp>
 
@@ -265,8 +269,8 @@ void shuffle_speed(std::int64_t tokens, std::int64_t auction_tokens) {
     const double fast_tl = static_cast<double>(tokens) * (layers - 1), auc_tl = static_cast<double>(auction_tokens) * (layers - 1);
     double fast_rate = 0, optimum = 0;
     for (const auto& [max_cycles, warm] : {std::pair{std::int64_t{-1}, true}, std::pair{std::int64_t{-1}, false}, std::pair{std::int64_t{0}, true},
-                                           std::pair{std::int64_t{G}, true}, std::pair{std::int64_t{0}, false},
-                                           std::pair{std::int64_t{G}, false}, std::pair{std::int64_t{4 * G}, false}}) {
+                                           std::pair{std::int64_t{0}, false},
+                                           std::pair{std::int64_t{G}, false}, std::pair{std::int64_t{2 * G}, false}, std::pair{std::int64_t{4 * G}, false}}) {
       double fs_score = 0, fs_bound = 0, fa_score = 0, fa_bound = 0;
       std::int64_t cyc = 0, opt = 0, nb = 0, c2 = 0, o2 = 0, n2 = 0;
       const FastAssignmentOptions fo{.max_cycles = max_cycles, .certify = max_cycles < 0};
@@ -398,9 +402,67 @@ void stats_speed(std::int64_t tokens, int layers) {
 
 }  // namespace
 
+// Redundant experts: load and rows with 0..2 replica slots per GPU and layer
+// (replication.hpp), correlated placement, contiguous homes, fit and eval disjoint.
+void replicas_load(std::int64_t tokens, int layers) {
+  std::printf("\n## Redundant experts: correlated placement + replicas, fit %lld + eval %lld tokens, %d layers, contiguous homes\n\n",
+              static_cast<long long>(tokens), static_cast<long long>(tokens), layers);
+  std::printf("| model | G | replica slots per GPU | max/mean load | rows removed | fit + replicate s |\n|---|---:|---:|---:|---:|---:|\n");
+  for (const auto& m : models(layers)) {
+    if (m.spec.top_k < 8) continue;
+    const SyntheticTraceGenerator gen(m.spec);
+    const RoutingTrace fit = gen.generate(0, tokens), eval = gen.generate(tokens, tokens);
+    const CouplingStats fs = CouplingStats::of(fit);
+    for (const int G : {8, 32}) {
+      const double w0 = now_s();
+      const auto corr = CorrelatedPlacement({.seed = 1}).fit(fs, Topology{G, 8});
+      const double fit_s = now_s() - w0;
+      const auto home = contiguous_homes(tokens, layers, G);
+      for (const int slots : {0, 1, 2}) {
+        const double w1 = now_s();
+        const auto rp = replicate_experts(corr, fs, slots);
+        const double rep_s = now_s() - w1;
+        const auto d = dispatch_replicas(eval, rp, home);
+        std::printf("| %s | %d | %d | %.2f | %.1f%% | %.2f |\n", m.name, G, slots, d.max_load_over_mean,
+                    100 * (1 - static_cast<double>(d.rows_dedup) / static_cast<double>(d.rows_naive)), fit_s + rep_s);
+      }
+    }
+  }
+}
+
+// Online re-placement on a stream whose coupling changes midway (a second generator
+// seed plants other groups): every refit's predicted saving, migration and decision,
+// with DeepSeek-V3-like bytes (a row is hidden 7168 in bf16; an expert, 44M parameters,
+// moved with its optimizer state: the defaults of OnlineOptions, 14336 and 88e6 bytes).
+void online_replacement(int layers) {
+  std::printf("\n## Online re-placement: E256 k8, G=32, %d layers, windows of 32768 tokens, routing changes after 131072 tokens\n\n", layers);
+  std::printf("| horizon (windows) | refit at token | rows current | rows candidate | experts moved | saving GB over horizon | migration GB | moved | refit s |\n|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
+  SyntheticTraceSpec sa = models(layers)[0].spec, sb = sa;
+  sb.seed = sa.seed + 1;
+  const SyntheticTraceGenerator a(sa), b(sb);
+  const Topology topo{32, 8};
+  const auto initial = CorrelatedPlacement({.seed = 1}).fit(CouplingStats::of(a.generate(0, 65536)), topo);
+  for (const double horizon : {1.0, 16.0}) {
+    OnlineReplacer r(initial, {.window_tokens = 32768, .horizon_windows = horizon});
+    const std::int64_t chunk = 8192, change = 131072, total = 262144;
+    std::size_t shown = 0;
+    for (std::int64_t t = 0; t < total; t += chunk) {
+      const double w0 = now_s();
+      r.observe(t < change ? a.generate(65536 + t, chunk) : b.generate(t, chunk));
+      const double dt = now_s() - w0;
+      for (; shown < r.decisions().size(); ++shown) {
+        const auto& d = r.decisions()[shown];
+        std::printf("| %.0f | %lld | %lld | %lld | %lld | %.1f | %.1f | %s | %.2f |\n", horizon, static_cast<long long>(d.at_token),
+                    static_cast<long long>(d.rows_current), static_cast<long long>(d.rows_candidate), static_cast<long long>(d.experts_moved),
+                    d.saving_bytes / 1e9, d.migration_bytes / 1e9, d.moved ? "yes" : "no", dt);
+      }
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
-  bool q = false, sc = false, sw = false, sh = false, st = false, pl = false;
+  bool q = false, sc = false, sw = false, sh = false, st = false, pl = false, rp = false, on = false;
   std::int64_t tokens = 16384, scale_tokens = 1 << 20;
   int layers = 8, scale_layers = 32;
   for (int i = 1; i < argc; ++i) {
@@ -412,16 +474,18 @@ int main(int argc, char** argv) {
     else if (a == "--shuffle") sh = true;
     else if (a == "--stats") st = true;
     else if (a == "--planted") pl = true;
+    else if (a == "--replicas") rp = true;
+    else if (a == "--online") on = true;
     else if (a == "--tokens") tokens = next();
     else if (a == "--layers") layers = static_cast<int>(next());
     else if (a == "--scale-tokens") scale_tokens = next();
     else if (a == "--scale-layers") scale_layers = static_cast<int>(next());
     else {
-      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
       return a == "--help" ? 0 : 2;
     }
   }
-  if (!q && !sc && !sw && !sh && !st && !pl) q = sc = sw = sh = st = pl = true;
+  if (!q && !sc && !sw && !sh && !st && !pl && !rp && !on) q = sc = sw = sh = st = pl = rp = on = true;
   if (tokens < 1 || layers < 2 || scale_tokens < 1 || scale_layers < 2) {
     std::fprintf(stderr, "bench_place: --tokens/--scale-tokens >= 1 and --layers/--scale-layers >= 2 expected\n");
     return 2;
@@ -431,6 +495,8 @@ int main(int argc, char** argv) {
   if (sh) shuffle_speed(1 << 16, 8192);
   if (st) stats_speed(scale_tokens, scale_layers);
   if (pl) planted_quality(tokens, layers);
+  if (rp) replicas_load(tokens, layers);
+  if (on) online_replacement(layers);
   if (sc) scale(scale_tokens, scale_layers);
   return 0;
 }

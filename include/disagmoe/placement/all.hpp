@@ -15,8 +15,10 @@
 #include <disagmoe/placement/metrics.hpp>
 #include <disagmoe/placement/npy.hpp>
 #include <disagmoe/placement/objective.hpp>
+#include <disagmoe/placement/online.hpp>
 #include <disagmoe/placement/placement.hpp>
 #include <disagmoe/placement/routing_trace.hpp>
+#include <disagmoe/placement/replication.hpp>
 #include <disagmoe/placement/step_shuffle.hpp>
 #include <disagmoe/placement/synthetic.hpp>
 #include <disagmoe/placement/token_shuffle.hpp>

@@ -73,10 +73,12 @@ class StepShuffle {
       if (prev[i] >= p.num_experts())  // checked before the message is built: this loop is hot
         fail("expert id of token " + std::to_string(i / static_cast<std::size_t>(top_k)), prev[i],
              "0 <= id < " + std::to_string(p.num_experts()));
-    score_.assign(n * static_cast<std::size_t>(G), 0.0);
-    for (std::size_t i = 0; i < n; ++i)
-      predictor_.add_scores(l, prev.subspan(i * static_cast<std::size_t>(top_k), static_cast<std::size_t>(top_k)),
-                            score_.data() + i * static_cast<std::size_t>(G));
+    score_.resize(n * static_cast<std::size_t>(G));
+    for (std::size_t i = 0; i < n; ++i) {  // each row zeroed just before its sum: no separate pass over the matrix
+      double* row = score_.data() + i * static_cast<std::size_t>(G);
+      std::fill(row, row + G, 0.0);
+      predictor_.add_scores(l, prev.subspan(i * static_cast<std::size_t>(top_k), static_cast<std::size_t>(top_k)), row);
+    }
     StepShuffleResult r;
     const auto ul = static_cast<std::size_t>(l);
     std::span<double> warm(prices_.data() + ul * static_cast<std::size_t>(G), static_cast<std::size_t>(G));
