@@ -152,6 +152,56 @@ TEST_CASE("compute: fwd and bwd streams share the GPU; SM-using comm slows compu
   }
 }
 
+TEST_CASE("host cores: at most C compute ops run at once, first come first served, comm exempt") {
+  // Four one-GPU workers on 2 host cores. a (2 s), b, c, d (1 s) are ready at 0; e
+  // (0.5 s) follows b on W1; a 100 B send W3 -> W0 at 100 B/s needs no core.
+  auto build = [](int cores) {
+    ds::Schedule s;
+    s.workers = ds::uniform_workers(4, ds::Role::kColocated, 100.0, 1000.0);
+    s.network.host_cores = cores;
+    s.add(work(0, ds::Stream::kForward, 2.0));  // a
+    s.add(work(1, ds::Stream::kForward, 1.0));  // b
+    s.add(work(2, ds::Stream::kForward, 1.0));  // c
+    s.add(work(3, ds::Stream::kForward, 1.0));  // d
+    s.add(work(1, ds::Stream::kForward, 0.5));  // e
+    s.add(send(3, 0, 100));                     // f
+    return s;
+  };
+  {  // By hand: a, b take the cores at 0; c, d queue. b ends at 1: c starts (e, ready
+     // at 1, queues behind d). At 2 a ends first (lower id): d, the older waiter,
+     // starts; then c ends: e starts. d ends at 3, e at 2.5.
+    const auto r = ds::simulate(build(2));
+    const double start[] = {0, 0, 1, 2, 2, 0}, end[] = {2, 1, 2, 3, 2.5, 1};
+    for (int i = 0; i < 6; ++i) {
+      CAPTURE(i);
+      CHECK(r.timings[static_cast<std::size_t>(i)].start == doctest::Approx(start[i]));
+      CHECK(r.timings[static_cast<std::size_t>(i)].end == doctest::Approx(end[i]));
+    }
+    CHECK(r.step_seconds == doctest::Approx(3.0));
+    CHECK(r.workers[3].busy_seconds == doctest::Approx(1.0));  // queued is not busy
+    CHECK(r.lower_bound_seconds == doctest::Approx(5.5 / 2));  // 5.5 s of compute on 2 cores
+  }
+  {  // 0 (the default): every op runs as soon as it is ready.
+    const auto r = ds::simulate(build(0));
+    CHECK(r.timings[2].start == 0);
+    CHECK(r.timings[4].start == doctest::Approx(1.0));
+    CHECK(r.step_seconds == doctest::Approx(2.0));
+    CHECK(r.lower_bound_seconds == doctest::Approx(2.0));
+  }
+  {  // fwd and bwd of one worker take a core each: on one core they run one after the other.
+    auto s = two_workers(true);
+    s.network.host_cores = 1;
+    s.add(work(0, ds::Stream::kForward, 1.0));
+    s.add(work(0, ds::Stream::kBackward, 1.0));
+    const auto r = ds::simulate(s);
+    CHECK(r.timings[0].end == doctest::Approx(1.0));
+    CHECK(r.timings[1].start == doctest::Approx(1.0));
+    CHECK(r.timings[1].end == doctest::Approx(2.0));
+  }
+  auto bad = build(-1);
+  CHECK_THROWS_WITH_AS(ds::simulate(bad), doctest::Contains("Schedule.network.host_cores = -1"), disagmoe::ConfigError);
+}
+
 TEST_CASE("memory: peak activation follows allocations and frees") {
   auto s = two_workers(true);
   auto a = work(0, ds::Stream::kForward, 1.0);

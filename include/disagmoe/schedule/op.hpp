@@ -149,6 +149,12 @@ struct Network {
   /// The same for RDMA-engine transfers (ops without `uses_sms`); both can apply at once.
   /// From ClusterSpec::rdma_comm_sm_fraction (default 0).
   double rdma_sm_fraction = 0;
+  /// Shared host-core limit: at most this many compute ops run at once across all
+  /// workers (0: unlimited). Models worker threads that share fewer CPU cores than there
+  /// are workers (a CPU runtime's 4 workers on 2 cores): an op that becomes ready while
+  /// the cores are all taken waits, first come first served, for one to free. Each
+  /// running compute op takes one core whatever its worker's `gpus`.
+  int host_cores = 0;
 };
 
 /// A complete schedule: workers, ops and per-(worker, stream) order.
@@ -210,6 +216,8 @@ inline void validate(const Schedule& s, StreamSlots& slots) {
     check(k.nic_bandwidth >= 0 && k.nvlink_bandwidth >= 0, [&] { return f("nic_bandwidth"); }, k.nic_bandwidth,
           "non-negative bandwidths");
   }
+  expect(s.network.host_cores >= 0, "Schedule.network.host_cores", s.network.host_cores,
+         "a non-negative core count (0: unlimited)");
   const int n = static_cast<int>(s.ops.size());
   expect(static_cast<int>(s.order.size()) == nw, "Schedule.order.size()", s.order.size(),
          "one entry per worker (" + std::to_string(nw) + ")");

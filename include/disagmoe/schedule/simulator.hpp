@@ -10,6 +10,9 @@
 ///   the worker (fwd and bwd streams share the GPU), times (1 - comm_sm_fraction) while an
 ///   SM-using comm op touches the worker and (1 - rdma_sm_fraction) less while an RDMA
 ///   one does;
+/// - with Network::host_cores = C > 0, at most C compute ops run at once across all
+///   workers; a ready compute op beyond that waits in one first-come-first-served queue
+///   and starts when a running compute op ends (before ops that end readies);
 /// - a comm op first waits its message latency, then moves its bytes; intra-node bytes
 ///   go over NVLink, the rest over the worker's NIC share, each direction a separate
 ///   resource per worker; flows on a resource share it equally and the op advances at
@@ -159,6 +162,8 @@ class Simulator {
     for (std::size_t i = 0; i < n; ++i)
       for (int d : s_.ops[i].deps) succ_[static_cast<std::size_t>(fill_[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
     heap_.clear();
+    core_queue_.clear();
+    core_next_ = 0;
     for (std::size_t w = 0; w < nw; ++w) {
       for (int k = 0; k < kStreams; ++k) try_start_head(static_cast<int>(w), k);
       if (!s_.workers[w].in_order_comm)
@@ -174,7 +179,7 @@ class Simulator {
   }
 
  private:
-  enum State : std::uint8_t { kWaiting, kLatency, kRunning, kDone };
+  enum State : std::uint8_t { kWaiting, kQueued, kLatency, kRunning, kDone };
   enum Flag : std::uint8_t { kComm = 1, kSms = 2, kUnordered = 4, kRemote = 8, kRdma = 16 };
   // One cache line per op: starting an op reads nothing else about it (the peer of a
   // comm op lives here, not in its Uses entry, which only its flow needs).
@@ -298,6 +303,12 @@ class Simulator {
   void try_start(int id) {
     Node& o = node(id);
     if (gate_[static_cast<std::size_t>(id)].deps_left > 0 || o.state != kWaiting || !is_head(o)) return;
+    const bool compute = (o.flags & kComm) == 0 && o.seconds > 0;
+    if (compute && cores_ > 0 && running_compute_ == cores_) {  // every host core taken
+      o.state = kQueued;
+      core_queue_.push_back(id);
+      return;
+    }
     res_.timings[static_cast<std::size_t>(id)].start = now_;
     // Whatever follows this op in its stream is started when it ends: load its node,
     // counter and successor range now, an op's duration ahead, instead of missing on them
@@ -319,8 +330,9 @@ class Simulator {
     wk.mem += o.alloc;
     wk.m.peak_activation_bytes = std::max(wk.m.peak_activation_bytes, wk.mem);
     if ((o.flags & kComm) == 0) {
-      if (o.seconds <= 0) return instant(id);
+      if (!compute) return instant(id);
       touch(o.worker);
+      ++running_compute_;
       o.state = kRunning;
       o.left = 1;
       o.since = now_;
@@ -425,6 +437,12 @@ class Simulator {
         for (; i + 1 < wk.ncompute; ++i) wk.compute[static_cast<std::size_t>(i)] = wk.compute[static_cast<std::size_t>(i) + 1];
         --wk.ncompute;
         rerate_compute(o.worker);
+        --running_compute_;
+        if (core_next_ < core_queue_.size()) {  // the freed core goes to the longest waiter
+          const int next = core_queue_[core_next_++];
+          node(next).state = kWaiting;
+          try_start(next);
+        }
       }
     } else if (o.uses >= 0) {
       const int peer = o.peer;
@@ -531,6 +549,11 @@ class Simulator {
     res_.bubble_fraction /= gpus;
     res_.exposed_comm_seconds /= gpus;
     res_.lower_bound_seconds = res_.max_worker_compute_seconds;
+    if (cores_ > 0) {  // every compute op holds a core for at least its cost
+      double all = 0;
+      for (const auto& m : res_.workers) all += m.compute_seconds;
+      res_.lower_bound_seconds = std::max(res_.lower_bound_seconds, all / cores_);
+    }
     for (double l : load) res_.lower_bound_seconds = std::max(res_.lower_bound_seconds, l);
     if (step > 0 && !res_.deadlocked) {
       res_.tokens_per_second = s_.tokens_per_step / step;
@@ -586,6 +609,12 @@ class Simulator {
   std::vector<Gate>& gate_ = b_.gate;
   std::vector<CommUses>& uses_ = b_.uses;
   std::vector<Entry>& heap_ = b_.heap;
+  // Host-core limit (Network::host_cores; 0: unlimited): compute ops running, and the
+  // ready ones waiting for a core, served from core_next_ on.
+  const int cores_ = s_.network.host_cores;
+  int running_compute_ = 0;
+  std::vector<int> core_queue_;
+  std::size_t core_next_ = 0;
   double now_ = 0;
   std::size_t done_ = 0;
   SimResult res_;
