@@ -12,6 +12,7 @@
 
 #include "../common/cli_main.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -103,6 +104,8 @@ int main(int argc, char** argv) {
                "skip simulating AF-Pipe's plan against the colocated schedules (no recommendation)");
   app.add_flag("--json", json, "print one JSON object instead of the table");
   app.add_option("--svg", svg_path, "write the roofline chart (SVG) to this file");
+  cli::add_max_memory(app);
+  cli::add_max_ops(app);
   return cli::run_main(app, argc, argv, [&] {
     ModelSpec m = io::load_model(model_arg);
     ClusterSpec c = io::load_cluster(cluster_arg);
@@ -133,7 +136,17 @@ int main(int argc, char** argv) {
       expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
     }
     std::optional<schedule::Recommendation> rec;
-    if (!no_recommend) rec = schedule::recommend(allocator.model(), p.allocation);
+    if (!no_recommend) {
+      // The simulated timelines' cost before they are built, as disagmoe-sim costs them:
+      // ~8 ops per layer and micro-batch, 4 chunks for the chunked schedule, ~512 bytes each.
+      const std::int64_t ops = checked_mul(
+          checked_mul(std::int64_t{allocator.model().micro_batches()}, 8 * std::int64_t{m.layers}, "--global-batch"),
+          std::int64_t{4}, "--global-batch");
+      expect_memory("--global-batch", p.global_batch, 512.0 * static_cast<double>(ops),
+                    "simulated timeline of the recommendation (" + std::to_string(ops) + " ops; --no-recommend skips it)");
+      expect_work("--global-batch", p.global_batch, ops, "simulated timeline of the recommendation (--no-recommend skips it)");
+      rec = schedule::recommend(allocator.model(), p.allocation);
+    }
     if (json) {
       io::Json j = plan::to_json(p);
       if (rec) j["recommendation"] = recommendation_json(*rec);
