@@ -1,18 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // disagmoe-plan: split a cluster between attention and FFN groups for a MoE model
-// (MILP seed + local search over the analytic model) and explain the result.
+// (MILP seed + local search over the analytic model), explain the result, and say
+// whether to run it or the best colocated schedule (both simulated).
 //   disagmoe-plan --model qwen3-30b-a3b --cluster h800x128 --seq-len 16384
 //   disagmoe-plan --model my_model.json --cluster h100:4 --json --svg roofline.svg
 #include <disagmoe/io/spec_json.hpp>
 #include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/plan/plan_json.hpp>
+#include <disagmoe/schedule/recommend.hpp>
 #include <disagmoe/spec/presets.hpp>
 
 #include "../common/cli_main.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 
 namespace {
@@ -44,6 +48,40 @@ void print_table(const plan::Plan& p) {
   std::printf("search: MILP seed %.3f s -> %.3f s after %ld evaluations (gain %.3fx)\n", p.seed_step_seconds,
               p.step_seconds, p.evaluations, p.gain());
   std::printf("%s\n", p.explanation().c_str());
+  std::printf("idle GPUs %d; binding constraint (%s): %s\n", p.idle_gpus, p.binding.kind.c_str(),
+              p.binding.text.c_str());
+}
+
+void print_recommendation(const schedule::Recommendation& r) {
+  std::printf("simulated, best layout of each schedule:\n%-12s %-28s %10s %8s\n", "schedule", "layout", "step ms",
+              "fits");
+  for (const auto& s : r.ranked)
+    std::printf("%-12s %-28s %10.1f %8s\n", s.schedule.c_str(), s.layout.c_str(), s.step_seconds * 1e3,
+                s.fits ? "yes" : "no");
+  std::printf("recommendation (%s): %s\n", r.cause.c_str(), r.reason.c_str());
+}
+
+io::Json recommendation_json(const schedule::Recommendation& r) {
+  io::Json ranked = io::Json::array();
+  for (const auto& s : r.ranked)
+    ranked.push_back({{"schedule", s.schedule},
+                      {"layout", s.layout},
+                      {"step_seconds", s.step_seconds},
+                      {"fits_memory", s.fits},
+                      {"peak_memory_bytes", s.peak_memory_bytes},
+                      {"busy_seconds", s.job.busy_seconds},
+                      {"exposed_comm_seconds", s.job.exposed_comm_seconds},
+                      {"waiting_seconds", s.job.waiting_seconds}});
+  return {{"schedule", r.schedule},
+          {"layout", r.layout},
+          {"step_seconds", r.step_seconds},
+          {"runner_up", r.runner_up},
+          {"runner_up_layout", r.runner_up_layout},
+          {"runner_up_step_seconds", r.runner_up_step_seconds},
+          {"speedup", r.speedup},
+          {"cause", r.cause},
+          {"reason", r.reason},
+          {"ranked", ranked}};
 }
 }  // namespace
 
@@ -51,7 +89,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Plan DisagMoE's attention/FFN split of GPUs and NICs for a model on a cluster.", "disagmoe-plan"};
   std::string model_arg, cluster_arg, svg_path;
   int seq_len = 0, micro_batch = 0, global_batch = 0;
-  bool json = false, rdma_m2n = false;
+  bool json = false, rdma_m2n = false, no_recommend = false;
   double sm_fraction = 0;
   app.add_option("--model", model_arg, "a model preset name or a JSON file")->required();
   app.add_option("--cluster", cluster_arg, "a cluster preset, NAME:NODES, or a JSON file")->required();
@@ -62,8 +100,12 @@ int main(int argc, char** argv) {
                  "share of SMs comm kernels hold on both ends of a transfer (default: the cluster's "
                  "kernel_comm_sm_fraction)");
   app.add_flag("--rdma-m2n", rdma_m2n, "M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction)");
+  app.add_flag("--no-recommend", no_recommend,
+               "skip simulating AF-Pipe's plan against the colocated schedules (no recommendation)");
   app.add_flag("--json", json, "print one JSON object instead of the table");
   app.add_option("--svg", svg_path, "write the roofline chart (SVG) to this file");
+  cli::add_max_memory(app);
+  cli::add_max_ops(app);
   return cli::run_main(app, argc, argv, [&] {
     ModelSpec m = io::load_model(model_arg);
     ClusterSpec c = io::load_cluster(cluster_arg);
@@ -93,8 +135,26 @@ int main(int argc, char** argv) {
                                                                        std::to_string(p.seq_len));
       expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
     }
-    if (json) std::cout << plan::to_json(p).dump(2) << '\n';
-    else print_table(p);
+    std::optional<schedule::Recommendation> rec;
+    if (!no_recommend) {
+      // The simulated timelines' cost before they are built, as disagmoe-sim costs them:
+      // ~8 ops per layer and micro-batch, 4 chunks for the chunked schedule, ~512 bytes each.
+      const std::int64_t ops = checked_mul(
+          checked_mul(std::int64_t{allocator.model().micro_batches()}, 8 * std::int64_t{m.layers}, "--global-batch"),
+          std::int64_t{4}, "--global-batch");
+      expect_memory("--global-batch", p.global_batch, 512.0 * static_cast<double>(ops),
+                    "simulated timeline of the recommendation (" + std::to_string(ops) + " ops; --no-recommend skips it)");
+      expect_work("--global-batch", p.global_batch, ops, "simulated timeline of the recommendation (--no-recommend skips it)");
+      rec = schedule::recommend(allocator.model(), p.allocation);
+    }
+    if (json) {
+      io::Json j = plan::to_json(p);
+      if (rec) j["recommendation"] = recommendation_json(*rec);
+      std::cout << j.dump(2) << '\n';
+    } else {
+      print_table(p);
+      if (rec) print_recommendation(*rec);
+    }
     return cli::kExitOk;
   });
 }

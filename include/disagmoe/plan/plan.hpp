@@ -6,6 +6,7 @@
 #pragma once
 
 #include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/binding.hpp>
 #include <disagmoe/plan/layer_assignment.hpp>
 #include <disagmoe/plan/local_search.hpp>
 #include <disagmoe/plan/roofline.hpp>
@@ -28,6 +29,8 @@ struct Plan {
   int attention_nics = 0;                     ///< A NICs in the cluster
   int ffn_gpus = 0;                           ///< F GPUs in the cluster
   int ffn_nics = 0;                           ///< F NICs in the cluster
+  int idle_gpus = 0;                          ///< GPUs of the cluster in neither side
+  Binding binding;                            ///< the constraint that binds the allocation
   /// Link bandwidth per A GPU, bytes/s (peak): the A NICs of a node × NIC bandwidth /
   /// the A GPUs of the node; on one node each GPU's intra-node link bandwidth.
   double attention_bandwidth_per_gpu = 0;
@@ -113,6 +116,8 @@ inline Plan make_plan(const AnalyticModel& model, const Allocation& x, const Sea
   p.attention_nics = attention_nics(x, c);
   p.ffn_gpus = ffn_gpus(x, c);
   p.ffn_nics = ffn_nics(x, c);
+  p.idle_gpus = c.gpus() - p.attention_gpus - p.ffn_gpus;
+  p.binding = binding_constraint(model, x);
   const auto per_gpu = [&](int nics, int gpus) {
     return c.nodes == 1 ? c.intra_node_bandwidth : double(nics) * c.nic_bandwidth / gpus;
   };

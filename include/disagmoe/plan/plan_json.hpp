@@ -5,7 +5,8 @@
 /// step_seconds, tokens_per_second, bottleneck, bound_seconds, round_seconds, ...},
 /// memory_bytes.{attention_worker, ffn_worker, capacity}, roofline.{turning_point,
 /// attention.{intensity, turning_point, ceiling, bandwidth, achieved}, ffn.{…}},
-/// search.{seed_step_seconds, evaluations, gain, seed, milp_nodes, budget_exhausted}.
+/// search.{seed_step_seconds, evaluations, gain, seed, milp_nodes, budget_exhausted},
+/// idle_gpus, binding.{kind, text}; disagmoe-plan adds recommendation (schedule/recommend.hpp).
 /// `allocation_from_json` reads such a plan back, strictly.
 #pragma once
 
@@ -87,6 +88,8 @@ inline io::Json to_json(const Plan& p) {
                  {"milp_nodes", p.milp_nodes},
                  {"budget_exhausted", p.budget_exhausted}};
   j["explanation"] = p.explanation();
+  j["idle_gpus"] = p.idle_gpus;
+  j["binding"] = {{"kind", p.binding.kind}, {"text", p.binding.text}};
   return j;
 }
 
@@ -105,9 +108,10 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   expect<IoError>(j.is_object(), path, brief(j), "a JSON object (disagmoe-plan --json)");
   const bool full = j.contains("allocation");
   if (full) {
-    static constexpr std::array<std::string_view, 16> kPlanKeys = {
-        "model",  "cluster",  "seq_len",      "micro_batch", "global_batch",  "attention", "ffn",    "groups",
-        "recompute", "allocation", "layer_groups", "predicted", "memory_bytes", "roofline", "search", "explanation"};
+    static constexpr std::array<std::string_view, 19> kPlanKeys = {
+        "model",       "cluster",      "seq_len",   "micro_batch",  "global_batch", "attention", "ffn",
+        "groups",      "recompute",    "allocation", "layer_groups", "predicted",   "memory_bytes", "roofline",
+        "search",      "explanation",  "idle_gpus", "binding",      "recommendation"};
     for (const auto& [key, value] : j.items())
       expect<IoError>(known(kPlanKeys, key), path + "." + key, "(unknown key)", "a key that disagmoe-plan --json writes");
     auto same = [&](const char* key, const std::string& ours, const char* what) {
