@@ -79,9 +79,9 @@ TEST_CASE("milp cuts: no c-MIR cut removes a feasible point of a random instance
 
 TEST_CASE("milp cuts: c-MIR with a variable-bound substitution on a fixed-charge node") {
   // min y1 + y2: x1 + x2 >= 5, x_j <= 4 y_j, x in [0, 4], y binary. LP: x = (4, 1),
-  // y = (1, 0.25), bound 1.25. The demand row with x1 = 4 - z1 (its bound) and
-  // x2 = 4 y2 - z2 (its variable bound), divided by 4, gives the c-MIR y2 >= 1 (no arc
-  // carries 5 alone); with simple bounds only, no integer is left in the row.
+  // y = (1, 0.25), bound 1.25. The demand row alone (no aggregation) with x1 = 4 - z1
+  // (its bound) and x2 = 4 y2 - z2 (its variable bound), divided by 4, gives the c-MIR
+  // y2 >= 1 (no arc carries 5 alone); with simple bounds only, no integer is left in it.
   Problem p;
   const int x1 = p.add_var(0, 4, 0), x2 = p.add_var(0, 4, 0);
   const int y1 = p.add_var(0, 1, 1, VarType::kBinary), y2 = p.add_var(0, 1, 1, VarType::kBinary);
@@ -89,7 +89,7 @@ TEST_CASE("milp cuts: c-MIR with a variable-bound substitution on a fixed-charge
   p.add_row({{x1, 1.0}, {y1, -4.0}}, -kInf, 0, "vub1");
   p.add_row({{x2, 1.0}, {y2, -4.0}}, -kInf, 0, "vub2");
   const std::vector<double> x{4, 1, 1, 0.25};
-  const auto cuts = detail::MirSeparator(p).separate(x, p.lbs(), p.ubs());
+  const auto cuts = detail::MirSeparator(p).separate(x, p.lbs(), p.ubs(), 200, 0);
   bool found = false;
   for (const auto& cut : cuts) {
     if (cut.terms.size() != 1 || cut.terms[0].first != y2) continue;

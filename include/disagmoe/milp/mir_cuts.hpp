@@ -52,10 +52,13 @@ class MirSeparator {
   }
 
   /// Violated c-MIR cuts (sum terms <= hi) at point x for column bounds [lb, ub]; at most
-  /// `max_starts` start rows, tightest (smallest relative slack) first.
+  /// `max_starts` start rows, tightest (smallest relative slack) first, each aggregated
+  /// with at most `max_aggregations` further rows.
   std::vector<LinearCut> separate(std::span<const double> x, std::span<const double> lb,
-                                  std::span<const double> ub, int max_starts = 200) const {
+                                  std::span<const double> ub, int max_starts = 200,
+                                  int max_aggregations = 5) const {
     Work w{x, lb, ub};
+    w.max_aggregations = max_aggregations;
     w.agg.assign(n_, 0.0L);
     w.in.assign(n_, 0);
     w.icoef.assign(n_, 0.0L);
@@ -97,6 +100,7 @@ class MirSeparator {
     std::vector<long double> icoef;  // integer coefficients after substitution, dense
     std::vector<int> inz;
     std::vector<char> iin;           // column listed in inz
+    int max_aggregations = 5;
   };
   // The row after bound substitution: integers x' >= 0, continuous z >= 0.
   struct IntTerm {
@@ -155,13 +159,13 @@ class MirSeparator {
     w.used.clear();
     w.beta = w.mag = 0;
     if (!add_row(w, row, sign)) return false;
-    for (int round = 0; round <= kMaxAggregations; ++round) {
+    for (int round = 0; round <= w.max_aggregations; ++round) {
       if (try_cut(w, best)) {
         best.source_row = row;
         best.source_side = static_cast<double>(sign);
         return true;
       }
-      if (round == kMaxAggregations || !aggregate(w)) return false;
+      if (round == w.max_aggregations || !aggregate(w)) return false;
     }
     return false;
   }
@@ -406,7 +410,6 @@ class MirSeparator {
     return out.efficacy >= 1e-4;
   }
 
-  static constexpr int kMaxAggregations = 5;
   static constexpr int kMaxFlips = 8;
   static constexpr std::size_t kMaxRowLength = 500;  // longer aggregated rows are not tried
 
