@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
     std::printf("| %s | %s | %.10g | %s | %s | %.2f | %.2f | %ld | %d/%d/%d/%d/%d/%d | %.8g | %.8g | %s | %s | %s |\n", name.c_str(),
                 std::string(milp::to_string(r.status)).c_str(), r.objective,
                 have_known ? std::to_string(reference).c_str() : "?",
-                !ok ? "-" : match ? "yes" : "NO", r.seconds, cpu, r.nodes, r.presolve.rows_removed,
+                !ok ? "-" : !have_known ? "?" : match ? "yes" : "NO", r.seconds, cpu, r.nodes, r.presolve.rows_removed,
                 r.presolve.cols_removed, r.presolve.bounds_tightened, r.presolve.coefs_tightened,
                 r.presolve.parallel_rows, r.presolve.substituted_cols, r.root_bound,
                 r.root_bound_cuts,
