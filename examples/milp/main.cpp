@@ -127,8 +127,9 @@ int main(int argc, char** argv) {
                 << "bound       " << r.bound << "\n"
                 << "gap         " << r.gap << "\n"
                 << "nodes       " << r.nodes << "\n"
-                << "presolve    " << r.presolve.rows_removed << " rows, " << r.presolve.cols_removed
-                << " columns removed, " << r.presolve.bounds_tightened << " bounds, "
+                << "presolve    " << r.presolve.rows_removed << " rows (" << r.presolve.parallel_rows
+                << " parallel), " << r.presolve.cols_removed << " columns (" << r.presolve.substituted_cols
+                << " substituted) removed, " << r.presolve.bounds_tightened << " bounds, "
                 << r.presolve.coefs_tightened << " coefficients tightened\n"
                 << "lp iters    " << r.lp_iterations << "\n"
                 << "seconds     " << r.seconds << "\n";

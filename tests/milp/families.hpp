@@ -8,6 +8,9 @@
 //   kMixedRows     integers and continuous columns in ranges, equations, both sides
 //   kNearParallel  pairs of rows whose coefficients differ by 1e-4 .. 1e-2
 //   kBadlyScaled   rows scaled by 1e-3 .. 1e6, fractional coefficients
+//   kFixedCharge   single-node flow sets: continuous arc flows x <= u y switched on by
+//                  binary or small integer y (fixed cost), demands with fractional
+//                  sides, sometimes a general integer in the balance
 #pragma once
 
 #include <disagmoe/milp/problem.hpp>
@@ -20,8 +23,8 @@
 
 namespace disagmoe::milp::test {
 
-enum class Family : int { kWideIntegers, kPartitioning, kBigKnapsack, kMixedRows, kNearParallel, kBadlyScaled };
-inline constexpr int kFamilies = 6;
+enum class Family : int { kWideIntegers, kPartitioning, kBigKnapsack, kMixedRows, kNearParallel, kBadlyScaled, kFixedCharge };
+inline constexpr int kFamilies = 7;
 
 inline const char* family_name(Family f) {
   switch (f) {
@@ -31,6 +34,7 @@ inline const char* family_name(Family f) {
     case Family::kMixedRows: return "mixed-rows";
     case Family::kNearParallel: return "near-parallel";
     case Family::kBadlyScaled: return "badly-scaled";
+    case Family::kFixedCharge: return "fixed-charge";
   }
   return "?";
 }
@@ -156,8 +160,35 @@ inline Problem family_problem(Family f, std::uint64_t seed) {
       }
       break;
     }
+    case Family::kFixedCharge: {
+      const int arcs = uni(2, 3);
+      std::vector<int> flow;
+      for (int a = 0; a < arcs; ++a) {
+        const double cap = uni(2, 9) + (uni(0, 1) ? uni(1, 9) * 0.1 : 0.0);
+        flow.push_back(p.num_vars());
+        add_cont(0, cap * (uni(0, 3) == 0 ? 0.75 : 1.0), uni(0, 4) * 0.5);  // sometimes below u
+        const int y = p.num_vars();
+        add_int(0, uni(0, 3) == 0 ? 2 : 1, uni(3, 20));
+        p.add_row({{flow.back(), 1.0}, {y, -cap}}, -kInf, 0.0);  // x <= cap * y
+      }
+      const bool with_int = uni(0, 1) == 1;
+      if (with_int) add_int(0, uni(1, 3), uni(1, 9));
+      // Demand: supply arcs in, sometimes one arc out; fractional sides.
+      idx.clear(), val.clear();
+      for (int a = 0; a < arcs; ++a) idx.push_back(flow[a]), val.push_back(a == arcs - 1 && uni(0, 2) == 0 ? -1.0 : 1.0);
+      if (with_int) idx.push_back(p.num_vars() - 1), val.push_back(uni(1, 4) * (uni(0, 1) ? 1.0 : -1.0));
+      const double demand = uni(1, 12) + uni(0, 9) * 0.1;
+      if (uni(0, 2) == 0) p.add_row(idx, val, demand, demand);
+      else p.add_row(idx, val, demand, kInf);
+      if (uni(0, 1)) {  // a budget row over the switches
+        idx.clear(), val.clear();
+        for (int a = 0; a < arcs; ++a) idx.push_back(flow[a] + 1), val.push_back(uni(1, 5));
+        p.add_row(idx, val, -kInf, uni(4, 12));
+      }
+      break;
+    }
   }
-  if (f != Family::kBigKnapsack && uni(0, 1)) p.set_sense(Sense::kMaximize);
+  if (f != Family::kBigKnapsack && f != Family::kFixedCharge && uni(0, 1)) p.set_sense(Sense::kMaximize);
   p.set_name(std::string(family_name(f)) + "-" + std::to_string(seed));
   return p;
 }

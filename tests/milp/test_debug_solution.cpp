@@ -83,69 +83,6 @@ Problem mixed_problem(std::uint64_t seed) {
   return p;
 }
 
-// Every vertex of every integer slice {x_I fixed} of the feasible set (all bounds are
-// finite). A linear function's minimum over the feasible set is attained at one of them.
-std::vector<std::vector<double>> slice_vertices(const Problem& p) {
-  std::vector<int> ints, conts;
-  for (int j = 0; j < p.num_vars(); ++j) (p.is_integer(j) ? ints : conts).push_back(j);
-  const int nc = static_cast<int>(conts.size());
-  std::vector<std::vector<double>> out;
-  std::vector<double> x(p.num_vars(), 0.0);
-  for (int j : ints) x[j] = std::ceil(p.lb(j));
-  while (true) {
-    // Planes over the continuous part: their bounds and the rows' finite sides.
-    std::vector<Eigen::VectorXd> a;
-    std::vector<double> b;
-    for (int k = 0; k < nc; ++k) {
-      Eigen::VectorXd e = Eigen::VectorXd::Zero(nc);
-      e[k] = 1;
-      a.push_back(e), b.push_back(p.lb(conts[k]));
-      a.push_back(e), b.push_back(p.ub(conts[k]));
-    }
-    for (int i = 0; i < p.num_rows() && nc > 0; ++i) {
-      Eigen::VectorXd r = Eigen::VectorXd::Zero(nc);
-      double fixed = 0;
-      const RowView rv = p.row(i);
-      for (std::size_t k = 0; k < rv.index.size(); ++k) {
-        const int j = rv.index[k];
-        const auto it = std::find(conts.begin(), conts.end(), j);
-        if (it != conts.end()) r[it - conts.begin()] = rv.value[k];
-        else fixed += rv.value[k] * x[j];
-      }
-      if (r.norm() == 0) continue;
-      if (std::isfinite(p.row_lo(i))) a.push_back(r), b.push_back(p.row_lo(i) - fixed);
-      if (std::isfinite(p.row_hi(i))) a.push_back(r), b.push_back(p.row_hi(i) - fixed);
-    }
-    const int planes = static_cast<int>(a.size());
-    std::vector<int> pick(nc);
-    for (int k = 0; k < nc; ++k) pick[k] = k;
-    while (true) {
-      std::vector<double> y = x;
-      bool ok = true;
-      if (nc > 0) {
-        Eigen::MatrixXd M(nc, nc);
-        Eigen::VectorXd rhs(nc);
-        for (int k = 0; k < nc; ++k) M.row(k) = a[pick[k]].transpose(), rhs[k] = b[pick[k]];
-        Eigen::FullPivLU<Eigen::MatrixXd> lu(M);
-        ok = lu.rank() == nc;
-        if (ok) {
-          const Eigen::VectorXd v = lu.solve(rhs);
-          for (int k = 0; k < nc; ++k) y[conts[k]] = v[k];
-        }
-      }
-      if (ok && p.max_violation(y) <= 1e-7) out.push_back(y);
-      if (nc == 0) break;
-      int k = nc - 1;
-      while (k >= 0 && pick[k] == planes - nc + k) --k;
-      if (k < 0) break;
-      ++pick[k];
-      for (int t = k + 1; t < nc; ++t) pick[t] = pick[t - 1] + 1;
-    }
-    if (!test::next_integer_point(p, ints, x)) break;
-  }
-  return out;
-}
-
 Problem knapsack() {  // max 5a + 4b + 3c, 2a + 3b + c <= 4 (binaries): optimum 8 (a, c)
   Problem p;
   p.set_sense(Sense::kMaximize);
@@ -247,7 +184,7 @@ TEST_CASE("milp cuts: no GMI or cover cut removes a feasible point of a random m
       else ++conts;
     }
     if (conts > 3 || ints.empty()) continue;
-    const auto points = slice_vertices(p);
+    const auto points = test::slice_vertices(p);
     if (points.empty()) continue;
     detail::DualSimplex lp(p);
     for (int j : ints) lp.set_col_bounds(j, std::ceil(p.lb(j) - 1e-6), std::floor(p.ub(j) + 1e-6));

@@ -60,7 +60,7 @@ TEST_CASE("milp sweep: every family against brute force, with the optimum as deb
         check_result(p, want, r);
       }
     }
-    MESSAGE(test::family_name(family) << ": " << feasible << " of 250 feasible");
+    MESSAGE(std::string(test::family_name(family)) << ": " << feasible << " of 250 feasible");
     CHECK(feasible > 100);
   }
 }

@@ -5,12 +5,15 @@
 /// Annals of OR 149, 2007, eq. (2)). Each round reads the tableau rows of fractional
 /// basic integer columns, complements nonbasic variables to their bounds, forms the GMI
 /// inequality, substitutes the row logicals back and keeps numerically safe, violated
-/// cuts; slack cuts are removed after every round. Each round also adds the violated
-/// extended knapsack covers of the original rows (cover_cuts.hpp).
+/// cuts; slack cuts are removed after every round. Each round also separates extended
+/// knapsack covers (cover_cuts.hpp) and c-MIR cuts (mir_cuts.hpp) of the original rows;
+/// the cut pool (cut_pool.hpp) chooses among all families.
 #pragma once
 
 #include <disagmoe/milp/cover_cuts.hpp>
+#include <disagmoe/milp/cut_pool.hpp>
 #include <disagmoe/milp/debug_solution.hpp>
+#include <disagmoe/milp/mir_cuts.hpp>
 #include <disagmoe/milp/problem.hpp>
 #include <disagmoe/milp/dual_simplex.hpp>
 
@@ -26,7 +29,7 @@ class GomoryCuts {
   /// `debug` (may be null): every cut is checked against it before it is added.
   GomoryCuts(const Problem& p, DualSimplex& lp, const std::vector<int>& ints,
              const DebugSolution* debug = nullptr)
-      : p_(p), lp_(lp), n_(p.num_vars()), covers_(p), dbg_(debug) {
+      : p_(p), lp_(lp), n_(p.num_vars()), covers_(p), mirs_(p), dbg_(debug) {
     is_int_.assign(n_, 0);
     for (int j : ints) is_int_[j] = 1;
     for (int i = 0; i < p.num_rows(); ++i) {
@@ -92,13 +95,15 @@ class GomoryCuts {
   }
 
  private:
-  struct Cut {
+  struct Cut {  // sum terms >= rhs
     std::vector<std::pair<int, double>> terms;
     double rhs;
     double score;
-    int tableau_row = -1;  // basis position it came from (debug messages)
   };
 
+  // One round: GMI cuts of the most fractional tableau rows, extended covers and c-MIR
+  // cuts of the original rows all go to the pool, which picks the efficacious and
+  // pairwise non-parallel ones for the LP.
   int separate() {
     const int m = lp_.num_rows();
     act_lo_.assign(m, 0.0);
@@ -118,41 +123,38 @@ class GomoryCuts {
       cand.emplace_back(std::abs(f - 0.5), r);
     }
     std::sort(cand.begin(), cand.end());
-    const std::size_t max_cuts = std::min<std::size_t>(cand.size(), std::max(20, m / 2));
-    std::vector<Cut> cuts;
+    const std::size_t max_cuts = std::max(20, m / 2);
     std::vector<double> alpha;
-    for (std::size_t c = 0; c < max_cuts; ++c) {
+    for (std::size_t c = 0; c < std::min(cand.size(), max_cuts); ++c) {
       Cut cut;
-      if (gmi(cand[c].second, alpha, cut)) {
-        cut.tableau_row = cand[c].second;
-        cuts.push_back(std::move(cut));
-      }
+      const int r = cand[c].second, k = lp_.basic_var(r);
+      if (!gmi(r, alpha, cut)) continue;
+      LinearCut lc;
+      lc.terms = std::move(cut.terms);
+      lc.lo = cut.rhs;
+      pool_.add(std::move(lc), false,
+                "GMI cut of round " + std::to_string(round_) + " from tableau row " + std::to_string(r) + " (basic " +
+                    p_.var_name(k) + " = " + DebugSolution::num(lp_.value(k)) + ")");
     }
-    std::sort(cuts.begin(), cuts.end(), [](const Cut& a, const Cut& b) { return a.score > b.score; });
-    for (Cut& cut : cuts) {
-      const int k = lp_.basic_var(cut.tableau_row);
-      add_cut(std::move(cut.terms), cut.rhs, kInf, false, [&] {
-        return "GMI cut of round " + std::to_string(round_) + " from tableau row " +
-               std::to_string(cut.tableau_row) + " (basic " + p_.var_name(k) + " = " +
-               DebugSolution::num(lp_.value(k)) + ")";
-      });
-    }
-    return static_cast<int>(cuts.size()) + add_covers();
-  }
-
-  // Extended covers at the current LP point; their coefficients and right-hand sides
-  // are integral, so their logicals are integer for the next GMI round.
-  int add_covers() {
     std::vector<double> x(n_), lb(n_), ub(n_);
     for (int j = 0; j < n_; ++j) x[j] = lp_.value(j), lb[j] = lp_.col_lb(j), ub[j] = lp_.col_ub(j);
-    std::vector<LinearCut> cuts = covers_.separate(x, lb, ub);
-    for (LinearCut& cut : cuts) {
-      add_cut(std::move(cut.terms), cut.lo, cut.hi, true, [&] {
-        return "extended cover cut of round " + std::to_string(round_) + " from row " +
-               p_.row_name(cut.source_row) + (cut.source_side > 0 ? " (<= side)" : " (>= side)");
-      });
+    // Covers: integral coefficients and sides, so their logicals are integer for GMI.
+    for (LinearCut& cut : covers_.separate(x, lb, ub)) {
+      std::string origin = "extended cover cut of round " + std::to_string(round_) + " from row " +
+                           p_.row_name(cut.source_row) + (cut.source_side > 0 ? " (<= side)" : " (>= side)");
+      pool_.add(std::move(cut), true, std::move(origin));
     }
-    return static_cast<int>(cuts.size());
+    for (LinearCut& cut : mirs_.separate(x, lb, ub)) {
+      std::string origin = "c-MIR cut of round " + std::to_string(round_) + " aggregated from row " +
+                           p_.row_name(cut.source_row) + (cut.source_side > 0 ? " (<= side)" : " (>= side)");
+      pool_.add(std::move(cut), false, std::move(origin));
+    }
+    std::vector<PoolCut> chosen = pool_.select(x, max_cuts + 10);
+    for (PoolCut& pc : chosen) {
+      const std::string& origin = pc.origin;
+      add_cut(std::move(pc.cut.terms), pc.cut.lo, pc.cut.hi, pc.integral, [&] { return origin; });
+    }
+    return static_cast<int>(chosen.size());
   }
 
   // Safety rules (the usual ones, e.g. Cornuéjols 2007 §4; Wesselmann and Stuhl,
@@ -280,6 +282,8 @@ class GomoryCuts {
   std::vector<char> is_int_, row_int_;
   std::vector<std::vector<std::pair<int, double>>> rows_;
   CoverSeparator covers_;
+  MirSeparator mirs_;
+  CutPool pool_;
   const DebugSolution* dbg_ = nullptr;
   int round_ = 0;
   std::vector<LinearCut> added_;

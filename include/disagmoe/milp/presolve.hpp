@@ -13,10 +13,16 @@
 ///  * rows that cannot be violated within the bounds (redundant) dropped;
 ///  * coefficient tightening of a binary in a one-sided row that is redundant when the
 ///    binary sits at one bound (Savelsbergh §1.2): the same integer points, a tighter LP;
+///  * parallel rows (one row lambda times another, Andersen and Andersen, "Presolving in
+///    linear programming", Math. Programming 71, 1995, §3.2): merged into one row with
+///    the tighter sides, so duplicates and rows whose sides another implies (dominated)
+///    are dropped;
+///  * implied free continuous column singletons substituted out (Andersen and Andersen
+///    §3.4): see `substitute_free_singletons`;
 ///  * fixed columns (lb = ub) substituted into the rows and the objective offset.
 /// Every derived bound is relaxed by the floating-point error of the activity it comes
 /// from before it is rounded, so no feasible point is lost to rounding.
-/// Postsolve puts the fixed columns back. With a debug solution (debug_solution.hpp)
+/// Postsolve puts the fixed columns back and computes the substituted ones from their rows. With a debug solution (debug_solution.hpp)
 /// every bound change and tightened row is checked against it.
 #pragma once
 
@@ -32,26 +38,40 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 namespace disagmoe::milp {
 
 /// The reduced problem and what postsolve needs: `col_map[j]` is the original index of
-/// reduced column j; `fixed[k]` the value of original column k when it was removed.
+/// reduced column j; `fixed[k]` the value of original column k when it was removed
+/// fixed; `substituted` the columns solved from an equation, in the order removed.
 struct Presolved {
+  /// x_col = (rhs - sum terms) / coef, over original columns.
+  struct Substitution {
+    int col;
+    double coef, rhs;
+    std::vector<std::pair<int, double>> terms;
+  };
   Problem problem;
   std::vector<int> col_map;
-  std::vector<double> fixed;  ///< one per original column (NaN when kept)
+  std::vector<double> fixed;  ///< one per original column (NaN when kept or substituted)
+  std::vector<Substitution> substituted;
   PresolveStats stats;
 
-  /// The original point of a reduced one. O(n).
+  /// The original point of a reduced one. O(n + nnz of the substituted rows).
   std::vector<double> postsolve(std::span<const double> y) const {
     std::vector<double> x = fixed;
     for (std::size_t j = 0; j < col_map.size(); ++j) x[col_map[j]] = y[j];
+    for (auto s = substituted.rbegin(); s != substituted.rend(); ++s) {
+      double rest = 0;
+      for (const auto& [k, a] : s->terms) rest += a * x[k];
+      x[s->col] = (s->rhs - rest) / s->coef;
+    }
     return x;
   }
-  /// The reduced point of an original one (fixed columns dropped). O(n).
+  /// The reduced point of an original one (removed columns dropped). O(n).
   std::vector<double> restrict(std::span<const double> x) const {
     std::vector<double> y(col_map.size());
     for (std::size_t j = 0; j < col_map.size(); ++j) y[j] = x[col_map[j]];
@@ -64,7 +84,8 @@ namespace detail {
 class Presolver {
  public:
   Presolver(const Problem& p, double int_tol, const DebugSolution* dbg)
-      : p_(p), n_(p.num_vars()), int_tol_(int_tol), dbg_(dbg), lb_(p.lbs()), ub_(p.ubs()) {
+      : p_(p), n_(p.num_vars()), int_tol_(int_tol), dbg_(dbg), lb_(p.lbs()), ub_(p.ubs()), obj_(p.objective()),
+        offset_(p.objective_offset()) {
     for (int i = 0; i < p.num_rows(); ++i) {
       const RowView r = p.row(i);
       std::vector<std::pair<int, double>> row;
@@ -85,6 +106,8 @@ class Presolver {
         if (alive_[i]) row_pass(static_cast<int>(i));
       if (!changed_) break;
     }
+    if (!st_.infeasible) merge_parallel_rows();
+    if (!st_.infeasible) substitute_free_singletons();
     return build();
   }
 
@@ -115,6 +138,7 @@ class Presolver {
     if (row.empty()) {
       if (lo_[i] > fp_slack(0) || hi_[i] < -fp_slack(0)) st_.infeasible = true;
       drop_row(i);
+      ++st_.empty_rows;
       return;
     }
     if (row.size() == 1) {  // a x_j in [lo, hi]: a bound of x_j
@@ -129,6 +153,7 @@ class Presolver {
       if (a < 0) std::swap(lo, hi);
       set_bounds(j, std::max(lb_[j], lo), std::min(ub_[j], hi), "singleton row " + p_.row_name(i));
       drop_row(i);
+      ++st_.singleton_rows;
       return;
     }
     const Activity act = activity(i);
@@ -144,6 +169,7 @@ class Presolver {
     if ((std::isinf(hi_[i]) || (act.max_inf == 0 && act.max <= hi_[i] - slack)) &&
         (std::isinf(lo_[i]) || (act.min_inf == 0 && act.min >= lo_[i] + slack))) {
       drop_row(i);
+      ++st_.redundant_rows;
       return;
     }
     tighten_bounds(i, act, slack);
@@ -227,6 +253,115 @@ class Presolver {
     }
   }
 
+  // Parallel rows: row k = lambda * row i, exactly in floating point (every
+  // a_k = lambda a_i with lambda = a_k0 / a_i0). Row k's sides divided by lambda (relaxed
+  // by their rounding error unless lambda is a power of two) tighten row i's, and row k
+  // is dropped. Candidates share
+  // their column set (hashed); at most 64 comparisons per row.
+  void merge_parallel_rows() {
+    std::unordered_map<std::size_t, std::vector<int>> by_support;
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+      if (!alive_[i] || rows_[i].size() < 2) continue;
+      std::sort(rows_[i].begin(), rows_[i].end());
+      std::size_t h = rows_[i].size();
+      for (const auto& term : rows_[i]) h = h * 1000003u ^ static_cast<std::size_t>(term.first);
+      std::vector<int>& bucket = by_support[h];
+      bool merged = false;
+      for (std::size_t b = 0; b < bucket.size() && b < 64 && !merged; ++b)
+        merged = merge_if_parallel(bucket[b], static_cast<int>(i));
+      if (!merged) bucket.push_back(static_cast<int>(i));
+      if (st_.infeasible) return;
+    }
+  }
+
+  bool merge_if_parallel(int i, int k) {
+    const auto& ri = rows_[i];
+    const auto& rk = rows_[k];
+    if (!alive_[i] || ri.size() != rk.size()) return false;
+    const double lambda = rk[0].second / ri[0].second;
+    for (std::size_t t = 0; t < ri.size(); ++t)
+      if (ri[t].first != rk[t].first || rk[t].second != lambda * ri[t].second) return false;
+    // Dividing by a power of two is exact (rows and sides alike); else relax.
+    int e = 0;
+    const bool exact = std::abs(std::frexp(lambda, &e)) == 0.5;
+    const Activity act = activity(k);
+    auto relax = [&](double side, double dir) {
+      const double q = side / lambda;  // an infinite side stays infinite (sign flipped when lambda < 0)
+      if (!std::isfinite(q)) return q;
+      if (exact) return q;
+      return q + dir * (fp_slack(act.magnitude + std::abs(side)) / std::abs(lambda) + 1e-12 * std::abs(q));
+    };
+    double lo = lambda > 0 ? relax(lo_[k], -1) : relax(hi_[k], -1);
+    double hi = lambda > 0 ? relax(hi_[k], 1) : relax(lo_[k], 1);
+    lo = std::max(lo, lo_[i]), hi = std::min(hi, hi_[i]);
+    if (lo > hi) {
+      if (lo - hi > 1e-9 * std::max(1.0, std::abs(lo))) {
+        st_.infeasible = true;  // solve checks this without presolve
+        return true;
+      }
+      lo = hi = 0.5 * (lo + hi);
+    }
+    if (dbg_ != nullptr)
+      dbg_->check_cut(ri, lo, hi, [&] { return "presolve merging parallel rows " + p_.row_name(i) + " and " + p_.row_name(k); });
+    lo_[i] = lo, hi_[i] = hi;
+    drop_row(k);
+    ++st_.parallel_rows;
+    return true;
+  }
+
+  // Implied free column singletons: a continuous column j in one row only, an equation
+  // a·x = b with |a_j| at least 1e-3 of the row's largest, whose bounds that row implies
+  // (x_j = (b - rest) / a_j stays within [lb_j, ub_j], up to 1e-9 relative, for every value
+  // of the other columns within their bounds). Then x_j and the row go: the row's other
+  // columns take over x_j's cost (c_k -= c_j a_k / a_j, offset += c_j b / a_j), and
+  // postsolve computes x_j from the row. No point is lost or added.
+  void substitute_free_singletons() {
+    std::vector<int> count(n_, 0), where(n_, -1);
+    for (std::size_t i = 0; i < rows_.size(); ++i)
+      if (alive_[i])
+        for (const auto& term : rows_[i]) ++count[term.first], where[term.first] = static_cast<int>(i);
+    for (int j = 0; j < n_; ++j) {
+      if (p_.is_integer(j) || count[j] != 1 || lb_[j] == ub_[j]) continue;
+      const int i = where[j];
+      if (!alive_[i] || lo_[i] != hi_[i] || !std::isfinite(lo_[i]) || rows_[i].size() < 2) continue;
+      double aj = 0, amax = 0, rmin = 0, rmax = 0, mag = std::abs(lo_[i]);
+      bool finite = true;
+      for (const auto& [k, a] : rows_[i]) {
+        amax = std::max(amax, std::abs(a));
+        if (k == j) {
+          aj = a;
+          continue;
+        }
+        const double lo = a > 0 ? lb_[k] : ub_[k], hi = a > 0 ? ub_[k] : lb_[k];
+        finite = finite && std::isfinite(lo) && std::isfinite(hi);
+        rmin += a * lo, rmax += a * hi, mag += std::abs(a * lo) + std::abs(a * hi);
+      }
+      if (!finite || std::abs(aj) < 1e-3 * amax) continue;
+      // Implied range of x_j; its bounds may be exceeded by the round-off `tol` only.
+      double imp_lo = (lo_[i] - rmax) / aj, imp_hi = (lo_[i] - rmin) / aj;
+      if (aj < 0) std::swap(imp_lo, imp_hi);
+      const double tol = fp_slack(mag) / std::abs(aj);
+      if (imp_lo < lb_[j] - tol - 1e-9 * std::max(1.0, std::abs(lb_[j])) ||
+          imp_hi > ub_[j] + tol + 1e-9 * std::max(1.0, std::abs(ub_[j])))
+        continue;
+      Presolved::Substitution sub{j, aj, lo_[i], {}};
+      const double cj = obj_[j] / aj;
+      for (const auto& [k, a] : rows_[i]) {
+        if (k == j) continue;
+        sub.terms.emplace_back(k, a);
+        obj_[k] -= cj * a;
+        --count[k];
+      }
+      offset_ += cj * lo_[i];
+      obj_[j] = 0;
+      subs_.push_back(std::move(sub));
+      alive_[i] = false;
+      ++st_.rows_removed;
+      ++st_.substituted_cols;
+      ++st_.cols_removed;
+    }
+  }
+
   // Integer bounds are rounded with `round_tol` relative to max(1, |bound|): the
   // integrality tolerance for the problem's own bounds (as branch and bound does), only
   // the floating-point error for derived ones. With the integrality tolerance, the row
@@ -267,15 +402,19 @@ class Presolver {
     out.fixed.assign(n_, std::numeric_limits<double>::quiet_NaN());
     if (st_.infeasible) return out;
     std::vector<int> new_index(n_, -1);
-    double offset = p_.objective_offset();
+    std::vector<char> substituted(n_, 0);
+    for (const Presolved::Substitution& sub : subs_) substituted[sub.col] = 1;
+    out.substituted = subs_;
+    double offset = offset_;
     for (int j = 0; j < n_; ++j) {
+      if (substituted[j]) continue;
       if (lb_[j] == ub_[j]) {
         out.fixed[j] = lb_[j];
-        offset += p_.obj(j) * lb_[j];
+        offset += obj_[j] * lb_[j];
         ++out.stats.cols_removed;
         continue;
       }
-      new_index[j] = out.problem.add_var(lb_[j], ub_[j], p_.obj(j), p_.type(j), p_.var_name(j));
+      new_index[j] = out.problem.add_var(lb_[j], ub_[j], obj_[j], p_.type(j), p_.var_name(j));
       out.col_map.push_back(j);
     }
     out.problem.set_sense(p_.sense());
@@ -307,7 +446,9 @@ class Presolver {
   int n_;
   double int_tol_;
   const DebugSolution* dbg_;
-  std::vector<double> lb_, ub_;
+  std::vector<double> lb_, ub_, obj_;
+  double offset_;
+  std::vector<Presolved::Substitution> subs_;
   std::vector<std::vector<std::pair<int, double>>> rows_;
   std::vector<double> lo_, hi_;
   std::vector<bool> alive_;
@@ -343,10 +484,12 @@ Result presolve_and_solve(const Problem& p, const Options& options, Solver&& bb)
   Presolved pre = presolve(p, options.integrality_tol, dbg.get());
   const PresolveStats stats = pre.stats;
   if (options.verbose)
-    std::cerr << "milp: presolve removed " << stats.rows_removed << " rows and " << stats.cols_removed
-              << " columns, tightened " << stats.bounds_tightened << " bounds and " << stats.coefs_tightened
-              << " coefficients" << (stats.infeasible ? "; found infeasible (checked without presolve)" : "")
-              << "\n";
+    std::cerr << "milp: presolve removed " << stats.rows_removed << " rows (" << stats.empty_rows << " empty, "
+              << stats.singleton_rows << " singleton, " << stats.redundant_rows << " redundant, "
+              << stats.parallel_rows << " parallel, " << stats.substituted_cols << " with a substituted column) and "
+              << stats.cols_removed << " columns (" << stats.substituted_cols << " substituted), tightened "
+              << stats.bounds_tightened << " bounds and " << stats.coefs_tightened << " coefficients"
+              << (stats.infeasible ? "; found infeasible (checked without presolve)" : "") << "\n";
   Options without = options;
   without.presolve = false;
   const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -79,8 +79,13 @@ struct Options {
 
 /// Counts of what presolve did (reported by `--verbose` and in Result).
 struct PresolveStats {
-  int rows_removed = 0;     ///< empty, singleton and redundant rows
-  int cols_removed = 0;     ///< fixed columns substituted out
+  int rows_removed = 0;     ///< all rows dropped (the next four kinds, and rows left with fixed columns only)
+  int empty_rows = 0;       ///< rows without columns
+  int singleton_rows = 0;   ///< rows of one column, turned into its bounds
+  int redundant_rows = 0;   ///< rows no point within the bounds can violate
+  int parallel_rows = 0;    ///< rows proportional to another, merged into it (duplicates, dominated sides)
+  int cols_removed = 0;     ///< fixed and substituted columns
+  int substituted_cols = 0; ///< implied free continuous singleton columns substituted out
   int bounds_tightened = 0; ///< column bounds changed (singleton rows, activities)
   int coefs_tightened = 0;  ///< coefficients of binaries reduced
   bool infeasible = false;  ///< a row or a column's bounds cannot be met
