@@ -56,6 +56,11 @@ inline void add_max_ops(CLI::App& app) {
                      "OPS");
 }
 
+/// Validator for options that name a file: an empty value is a mistake (an unset shell
+/// variable), never "no file".
+inline const CLI::Validator kPath(
+    [](std::string& v) { return v.empty() ? std::string("expected a path, got \"\"") : std::string(); }, "PATH");
+
 /// ConfigError naming `option` when it was given though it does not apply to the
 /// chosen mode (`applies` false): a silently ignored option hides a typo or a wrong mode.
 inline void expect_applies(const CLI::App& app, const char* option, bool applies, const std::string& expected) {

@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
                  "kernel_comm_sm_fraction)");
   app.add_flag("--rdma-m2n", rdma_m2n, "M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction)");
   app.add_flag("--json", json, "print one JSON object instead of the table");
-  app.add_option("--svg", svg_path, "write the roofline chart (SVG) to this file");
+  app.add_option("--svg", svg_path, "write the roofline chart (SVG) to this file")->check(disagmoe::cli::kPath);
   return cli::run_main(app, argc, argv, [&] {
     ModelSpec m = io::load_model(model_arg);
     ClusterSpec c = io::load_cluster(cluster_arg);
@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
       expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
       out << plan::RooflineModel(allocator.model(), p.allocation).svg(p.model + " on " + p.cluster + ", seq " +
                                                                        std::to_string(p.seq_len));
+      out.flush();  // a write error of the buffered tail shows only here
       expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
     }
     if (json) std::cout << plan::to_json(p).dump(2) << '\n';
