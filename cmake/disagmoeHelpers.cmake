@@ -48,27 +48,35 @@ endfunction()
 set(DISAGMOE_WARNINGS
   $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Wall -Wextra -Wpedantic -Wno-missing-field-initializers>)
 
-# disagmoe_add_fuzz(NAME name SOURCE target.cpp [LIBS ...] [CORPUS dir])
+# disagmoe_add_fuzz(NAME name SOURCE target.cpp [LIBS ...] [CORPUS dir] [ITERATIONS n] [INPUT_TIMEOUT s])
 #   `target.cpp` defines LLVMFuzzerTestOneInput. With clang and DISAGMOE_BUILD_FUZZERS
-#   it becomes a libFuzzer binary run for DISAGMOE_FUZZ_SECONDS by ctest; otherwise it is
-#   linked with a deterministic mutation driver (tests/fuzz_replay_main.cpp) that ctest
-#   runs for a fixed number of seeded mutations of the corpus. Both run under asan.
+#   it becomes a libFuzzer binary run for DISAGMOE_FUZZ_SECONDS by ctest (an input that
+#   runs longer than INPUT_TIMEOUT seconds, default libFuzzer's 1200, is a failure);
+#   otherwise it is linked with a deterministic mutation driver (tests/fuzz_replay_main.cpp)
+#   that ctest runs for ITERATIONS (default 20000) seeded mutations of the corpus. Both
+#   run under asan.
 option(DISAGMOE_BUILD_FUZZERS "Build libFuzzer targets (needs clang)" OFF)
 set(DISAGMOE_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer target runs under ctest")
 function(disagmoe_add_fuzz)
-  cmake_parse_arguments(F "" "NAME;SOURCE;CORPUS" "LIBS" ${ARGN})
+  cmake_parse_arguments(F "" "NAME;SOURCE;CORPUS;ITERATIONS;INPUT_TIMEOUT" "LIBS" ${ARGN})
   set(exe fuzz_${F_NAME})
+  if(NOT DEFINED F_ITERATIONS)
+    set(F_ITERATIONS 20000)
+  endif()
+  if(NOT DEFINED F_INPUT_TIMEOUT)
+    set(F_INPUT_TIMEOUT 1200)
+  endif()
   if(DISAGMOE_BUILD_FUZZERS)
     add_executable(${exe} ${F_SOURCE})
     target_compile_options(${exe} PRIVATE -fsanitize=fuzzer,address,undefined)
     target_link_options(${exe} PRIVATE -fsanitize=fuzzer,address,undefined)
     set(corpus_copy "${CMAKE_CURRENT_BINARY_DIR}/${exe}_corpus")
     add_test(NAME ${exe} COMMAND ${CMAKE_COMMAND} -E env
-             sh -c "mkdir -p '${corpus_copy}' && exec $<TARGET_FILE:${exe}> -max_total_time=${DISAGMOE_FUZZ_SECONDS} -max_len=4096 '${corpus_copy}' '${F_CORPUS}'")
+             sh -c "mkdir -p '${corpus_copy}' && exec $<TARGET_FILE:${exe}> -max_total_time=${DISAGMOE_FUZZ_SECONDS} -timeout=${F_INPUT_TIMEOUT} -max_len=4096 '${corpus_copy}' '${F_CORPUS}'")
     set_tests_properties(${exe} PROPERTIES LABELS fuzz TIMEOUT 300)
   else()
     add_executable(${exe} ${F_SOURCE} "${PROJECT_SOURCE_DIR}/tests/fuzz_replay_main.cpp")
-    add_test(NAME ${exe} COMMAND ${exe} --iterations 20000 --seed 1 "${F_CORPUS}")
+    add_test(NAME ${exe} COMMAND ${exe} --iterations ${F_ITERATIONS} --seed 1 "${F_CORPUS}")
     set_tests_properties(${exe} PROPERTIES LABELS fuzz TIMEOUT 600)
   endif()
   target_link_libraries(${exe} PRIVATE disagmoe::core ${F_LIBS})

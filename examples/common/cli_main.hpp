@@ -56,6 +56,11 @@ inline void add_max_ops(CLI::App& app) {
                      "OPS");
 }
 
+/// Validator for options that name a file: an empty value is a mistake (an unset shell
+/// variable), never "no file".
+inline const CLI::Validator kPath(
+    [](std::string& v) { return v.empty() ? std::string("expected a path, got \"\"") : std::string(); }, "PATH");
+
 /// ConfigError naming `option` when it was given though it does not apply to the
 /// chosen mode (`applies` false): a silently ignored option hides a typo or a wrong mode.
 inline void expect_applies(const CLI::App& app, const char* option, bool applies, const std::string& expected) {
@@ -112,6 +117,13 @@ inline int report_exception(const std::string& name) {
 template <class Body>
 int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
   try {
+    // An empty argument (an unset shell variable) sent CLI11 2.1 into an endless loop in
+    // disagmoe-train (found by fuzz_cli_train): refuse it before parsing.
+    for (int i = 1; i < argc; ++i)
+      if (argv[i] == nullptr || argv[i][0] == '\0') {
+        std::cerr << app.get_name() << ": error: argument " << i << " = \"\": expected a non-empty argument (see --help)\n";
+        return kExitBadInput;
+      }
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

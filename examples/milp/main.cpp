@@ -35,6 +35,10 @@ std::string json_number(double v, int digits = 17) {
   return os.str();
 }
 
+// A bound or gap for the table: "none" where there is none yet (no incumbent, or an
+// infeasible problem), never "inf".
+std::string text_number(double v) { return std::isfinite(v) ? json_number(v, 6) : "none"; }
+
 // A JSON string body: names come from the MPS file.
 std::string json_escape(const std::string& s) {
   std::string out;
@@ -63,17 +67,24 @@ int main(int argc, char** argv) {
   app.add_option("--gap", gap, "relative gap at which to stop");
   app.add_option("--cut-rounds", opt.cut_rounds, "rounds of root Gomory cuts (0: none)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--write-solution", write_sol, "write the solution found (`name value` lines)");
+  using disagmoe::cli::kPath;
+  app.add_option("--write-solution", write_sol, "write the solution found (`name value` lines)")->check(kPath);
   app.add_option("--check-solution", check_sol,
-                 "check the point in this file (feasibility, objective, worst violation) instead of solving");
+                 "check the point in this file (feasibility, objective, worst violation) instead of solving")
+      ->check(kPath);
   app.add_option("--debug-solution", debug_sol,
-                 "a known feasible point: report the first reduction that cuts it off (exit 3)");
+                 "a known feasible point: report the first reduction that cuts it off (exit 3)")
+      ->check(kPath);
   app.add_flag("--json", json, "print one JSON object");
   app.add_flag("--fixed", fixed, "read fixed-column MPS (names may contain blanks)");
   app.add_flag("--verbose", opt.verbose, "progress on stderr (presolve removals, root bounds, incumbents)");
   bool no_presolve = false;
   app.add_flag("--no-presolve", no_presolve, "solve without presolve");
   return disagmoe::cli::run_main(app, argc, argv, [&] {
+    // --check-solution only evaluates a point: the solver's options would be ignored.
+    for (const char* o : {"--write-solution", "--debug-solution", "--time-limit", "--node-limit", "--gap",
+                          "--cut-rounds", "--no-presolve", "--verbose"})
+      disagmoe::cli::expect_applies(app, o, check_sol.empty(), "not given with --check-solution (it solves nothing)");
     if (app.count("--time-limit")) disagmoe::expect_finite_in("--time-limit", opt.time_limit, 0, 1e9);
     disagmoe::expect_finite_in("--gap", gap, 0, 1e300);
     opt.rel_gap = gap;
@@ -124,8 +135,8 @@ int main(int argc, char** argv) {
                 << " rows, " << p.num_vars() << " columns, " << p.num_nonzeros() << " nonzeros)\n"
                 << "status      " << milp::to_string(r.status) << "\n"
                 << "objective   " << (r.has_solution() ? json_number(r.objective) : "none") << "\n"
-                << "bound       " << r.bound << "\n"
-                << "gap         " << r.gap << "\n"
+                << "bound       " << text_number(r.bound) << "\n"
+                << "gap         " << text_number(r.gap) << "\n"
                 << "nodes       " << r.nodes << "\n"
                 << "presolve    " << r.presolve.rows_removed << " rows (" << r.presolve.parallel_rows
                 << " parallel), " << r.presolve.cols_removed << " columns (" << r.presolve.substituted_cols

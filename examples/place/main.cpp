@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,7 @@ int generate(const Args& a) {
     const auto chunk = gen.generate(a.first_token + first, std::min<std::int64_t>(1 << 16, s.tokens - first));
     write_npy_data<ExpertId>(out, chunk.ids());
   }
+  out.flush();  // a write error of the buffered tail shows only here
   if (!out) throw disagmoe::IoError("file '" + a.generate + "': write failed");
   std::cerr << "wrote " << s.tokens << " x " << s.layers << " x " << s.top_k << " expert ids to " << a.generate << '\n';
   return disagmoe::cli::kExitOk;
@@ -146,6 +148,7 @@ int run(Args& a) {
     std::ofstream out(a.out);
     if (!out) throw disagmoe::IoError("file '" + a.out + "': cannot be opened for writing");
     out << full.dump() << '\n';
+    out.flush();
     if (!out) throw disagmoe::IoError("file '" + a.out + "': write failed");
   }
   if (a.json_out) {
@@ -167,8 +170,10 @@ int run(Args& a) {
 int main(int argc, char** argv) {
   CLI::App app{"Fit an expert placement to a routing trace and report send-once dispatch savings", "disagmoe-place"};
   Args a;
-  app.add_option("--fit", a.fit, "routing trace .npy [tokens, layers, top_k] (any integer dtype) to fit on");
-  app.add_option("--eval", a.eval, "trace to evaluate on (default: the --fit trace)");
+  using disagmoe::cli::kPath;
+  app.add_option("--fit", a.fit, "routing trace .npy [tokens, layers, top_k] (any integer dtype) to fit on")
+      ->check(kPath);
+  app.add_option("--eval", a.eval, "trace to evaluate on (default: the --fit trace)")->check(kPath);
   app.add_option("--experts", a.experts, "experts per MoE layer")->required()->check(CLI::Range(1, kMaxExperts));
   app.add_option("--gpus", a.gpus, "GPUs in the expert-parallel group")->check(CLI::Range(1, 65536));
   app.add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (default 8 if it divides --gpus, else --gpus)")
@@ -183,7 +188,8 @@ int main(int argc, char** argv) {
                  "--shuffle: fast (greedy + cycle repair to the optimum, default) or auction (epsilon-scaling reference)")
       ->check(CLI::IsMember({"fast", "auction"}));
   app.add_flag("--json", a.json_out, "print one JSON object: placement and metrics");
-  app.add_option("--out", a.out, "write the JSON plus `home` ([layer][token] -> GPU on the eval trace) to FILE");
+  app.add_option("--out", a.out, "write the JSON plus `home` ([layer][token] -> GPU on the eval trace) to FILE")
+      ->check(kPath);
   app.add_option("--seed", a.seed, "seed of the heuristic, the random baseline and --generate");
   app.add_option("--load-tolerance", a.load_tolerance, "max GPU token load over mean minus 1 (correlated, exact)");
   app.add_option("--cross-layer", a.cross_layer, "weight of cross-layer alignment vs co-selection");
@@ -191,7 +197,8 @@ int main(int argc, char** argv) {
   app.add_option("--starts", a.starts, "starts of the correlated heuristic")->check(CLI::Range(1, 1024));
   app.add_option("--batch-tokens", a.batch_tokens, "tokens sharded together per micro-batch (0: the whole trace)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--generate", a.generate, "write a synthetic trace to this .npy file instead of fitting");
+  app.add_option("--generate", a.generate, "write a synthetic trace to this .npy file instead of fitting")
+      ->check(kPath);
   app.add_option("--tokens", a.synth.tokens, "--generate: tokens")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   app.add_option("--first-token", a.first_token,
                  "--generate: index of the first token (same --seed, disjoint ranges: independent traces of one model)")
@@ -216,6 +223,13 @@ int main(int argc, char** argv) {
                           "--transition-prob"})
       dz::cli::expect_applies(app, o, gen, "given only with --generate");
     dz::cli::expect_applies(app, "--shuffle-method", a.shuffle, "given only with --shuffle");
+    // Options of one placement method are errors with the others.
+    const bool exact = a.method == "exact", correlated = a.method == "correlated";
+    for (const char* o : {"--exact-solver", "--time-limit"})
+      dz::cli::expect_applies(app, o, exact, "given only with --method exact");
+    dz::cli::expect_applies(app, "--starts", correlated, "given only with --method correlated");
+    for (const char* o : {"--load-tolerance", "--cross-layer", "--node-weight"})
+      dz::cli::expect_applies(app, o, exact || correlated, "given only with --method correlated or exact");
     if (!gen) dz::expect(a.gpus >= 1, "--gpus", a.gpus, "a GPU count >= 1 (required with --fit)");
     dz::expect_finite_in("--time-limit", a.time_limit, 1e-6, 1e9);
     dz::expect_finite_in("--load-tolerance", a.load_tolerance, 0, 1e6);
@@ -225,6 +239,8 @@ int main(int argc, char** argv) {
       dz::expect_finite_in("--skew", a.synth.popularity_skew, 0, 10);
       dz::expect_finite_in("--group-prob", a.synth.group_prob, 0, 1);
       dz::expect_finite_in("--transition-prob", a.synth.transition_prob, 0, 1);
+      dz::expect(a.first_token <= std::numeric_limits<std::int64_t>::max() - a.synth.tokens, "--first-token",
+                 a.first_token, "an index whose last token (--first-token + --tokens) fits 64 bits");
       const double bytes = static_cast<double>(a.synth.tokens) * a.synth.layers * a.synth.top_k * sizeof(ExpertId);
       dz::expect_output("--tokens", a.synth.tokens, bytes, "trace (tokens x layers x top-k x 2 bytes)");
     }

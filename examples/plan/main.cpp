@@ -8,6 +8,7 @@
 #include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/plan/plan_json.hpp>
 #include <disagmoe/schedule/recommend.hpp>
+#include <disagmoe/schedule/timeline_cost.hpp>
 #include <disagmoe/spec/presets.hpp>
 
 #include "../common/cli_main.hpp"
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-recommend", no_recommend,
                "skip simulating AF-Pipe's plan against the colocated schedules (no recommendation)");
   app.add_flag("--json", json, "print one JSON object instead of the table");
-  app.add_option("--svg", svg_path, "write the roofline chart (SVG) to this file");
+  app.add_option("--svg", svg_path, "write the roofline chart (SVG) to this file")->check(disagmoe::cli::kPath);
   cli::add_max_memory(app);
   cli::add_max_ops(app);
   return cli::run_main(app, argc, argv, [&] {
@@ -133,18 +134,17 @@ int main(int argc, char** argv) {
       expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
       out << plan::RooflineModel(allocator.model(), p.allocation).svg(p.model + " on " + p.cluster + ", seq " +
                                                                        std::to_string(p.seq_len));
+      out.flush();  // a write error of the buffered tail shows only here
       expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
     }
     std::optional<schedule::Recommendation> rec;
     if (!no_recommend) {
-      // The simulated timelines' cost before they are built, as disagmoe-sim costs them:
-      // ~8 ops per layer and micro-batch, 4 chunks for the chunked schedule, ~512 bytes each.
-      const std::int64_t ops = checked_mul(
-          checked_mul(std::int64_t{allocator.model().micro_batches()}, 8 * std::int64_t{m.layers}, "--global-batch"),
-          std::int64_t{4}, "--global-batch");
-      expect_memory("--global-batch", p.global_batch, 512.0 * static_cast<double>(ops),
-                    "simulated timeline of the recommendation (" + std::to_string(ops) + " ops; --no-recommend skips it)");
-      expect_work("--global-batch", p.global_batch, ops, "simulated timeline of the recommendation (--no-recommend skips it)");
+      // The heaviest simulated timeline (the chunked schedule's) costed before any is
+      // built, so that an oversized batch names the option that sets it.
+      schedule::expect_timeline_fits(
+          schedule::ChunkedOverlap::kName, allocator.model().model(),
+          schedule::cost_options(allocator.model().options(), allocator.model().model(), p.allocation),
+          schedule::PolicyKnobs{}.chunks, {"--global-batch", "--global-batch", "--chunks"});
       rec = schedule::recommend(allocator.model(), p.allocation);
     }
     if (json) {

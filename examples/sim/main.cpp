@@ -15,6 +15,7 @@
 #include <disagmoe/schedule/plan_oracle.hpp>
 #include <disagmoe/schedule/schedules.hpp>
 #include <disagmoe/schedule/side_metrics.hpp>
+#include <disagmoe/schedule/timeline_cost.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -120,7 +121,8 @@ int main(int argc, char** argv) {
   app.add_flag("--compare", compare, "simulate every schedule and print a comparison table");
   app.add_option("--plan", plan_file,
                  "plan JSON (disagmoe-plan --json, or plan::Allocation fields) giving AF-Pipe's A/F split "
-                 "(default: the planner's allocation)");
+                 "(default: the planner's allocation)")
+      ->check(disagmoe::cli::kPath);
   app.add_flag("--search-layout", search_layout, "AF-Pipe: search the A/F split with the simulator instead of the planner");
   app.add_option("--seq-len", seq_len, "tokens per sequence (default: the model's)");
   app.add_option("--micro-batch", micro_batch, "sequences per GPU micro-batch (default: the model's)");
@@ -145,8 +147,8 @@ int main(int argc, char** argv) {
                "AF-Pipe's M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction) instead of kernels");
   app.add_flag("--no-dedup", no_dedup, "send one row per chosen expert instead of one per destination GPU");
   app.add_flag("--json", as_json, "print one JSON object");
-  app.add_option("--trace", trace, "write the timeline as Chrome trace JSON (Perfetto)");
-  app.add_option("--svg", svg, "write the timeline as an SVG Gantt chart");
+  app.add_option("--trace", trace, "write the timeline as Chrome trace JSON (Perfetto)")->check(disagmoe::cli::kPath);
+  app.add_option("--svg", svg, "write the timeline as an SVG Gantt chart")->check(disagmoe::cli::kPath);
 
   disagmoe::cli::add_max_memory(app);
   disagmoe::cli::add_max_ops(app);
@@ -160,7 +162,7 @@ int main(int argc, char** argv) {
     // Options that shape one schedule only are errors for the others.
     using dz::cli::expect_applies;
     for (const char* o : {"--plan", "--search-layout", "--af-group-size", "--groups", "--attention-gpus",
-                          "--ffn-gpus", "--attention-nics", "--ffn-nics"})
+                          "--ffn-gpus", "--attention-nics", "--ffn-nics", "--rdma-m2n"})
       expect_applies(app, o, af_mode, "to be given only with --schedule afpipe or --compare");
     expect_applies(app, "--virtual-stages", virtual_mode,
                    "to be given only with --schedule interleaved, a2a-overlap, chunked or --compare");
@@ -202,22 +204,17 @@ int main(int argc, char** argv) {
     if (app.count("--virtual-stages")) dz::expect_in("--virtual-stages", knobs.virtual_stages, 1, m.layers);
     dz::expect_in("--chunks", knobs.chunks, 1, 1024);
     dz::expect_in("--af-group-size", knobs.af_group_size, 0, std::numeric_limits<int>::max());
-    // The timeline's cost before it is built: ops grow with micro-batches x layers x
-    // chunks (forward and backward, compute and comm: ~8 per layer), each ~512 bytes
-    // with its dependencies and simulator state (measured: ~400).
-    const std::int64_t worst_micro_batches = micro_batches > 0 ? micro_batches : global_batch / m.micro_batch;
-    const std::int64_t ops = dz::checked_mul(
-        dz::checked_mul(std::max<std::int64_t>(1, worst_micro_batches), 8 * std::int64_t{m.layers}, "--global-batch"),
-        chunk_mode ? knobs.chunks : 1, "--chunks");
-    const bool by_chunks = chunk_mode && app.count("--chunks") && knobs.chunks > 1;
-    const char* ops_field = by_chunks ? "--chunks" : micro_batches > 0 ? "--micro-batches" : "--global-batch";
-    const int ops_value = by_chunks ? knobs.chunks : micro_batches > 0 ? micro_batches : global_batch;
-    dz::expect_memory(ops_field, ops_value, 512.0 * static_cast<double>(ops),
-                      "simulated timeline (" + std::to_string(ops) + " ops)");
-    dz::expect_work(ops_field, ops_value, ops, "simulated timeline");
     cost.global_batch = global_batch;
     cost.micro_batches = micro_batches;
     cost.dedup = !no_dedup;
+    // Every timeline's cost before any is built, named by this program's options.
+    const bool batch_from_plan =
+        !app.count("--global-batch") && plan_json && plan_json->is_object() && plan_json->contains("global_batch");
+    for (auto n : ds::kScheduleNames)
+      if (compare || n == schedule)
+        ds::expect_timeline_fits(n, m, cost, knobs.chunks,
+                                 {batch_from_plan ? "--plan global_batch" : "--global-batch", "--micro-batches",
+                                  "--chunks"});
     std::optional<ds::AfLayout> af;
     if (plan_json) {
       // A plan is only valid for the model, cluster and sequence length it was made for.
@@ -239,6 +236,8 @@ int main(int argc, char** argv) {
       const int nf = ffn_nics >= 0 ? ffn_nics : c.nics_per_node - na;
       af = ds::AfLayout{groups, attention_gpus, ffn_gpus, c.nodes > 1 ? na : 0, c.nodes > 1 ? nf : 0};
     }
+    // Notes on fallbacks, printed once a step was simulated: an error stays one line.
+    std::vector<std::string> notes;
     std::optional<ds::AfLayout> planned;
     bool planned_recompute = false;
     if (!af && !search_layout && af_mode) {
@@ -249,8 +248,8 @@ int main(int argc, char** argv) {
       } catch (const disagmoe::ConfigError& e) {
         // No allocation fits the planner's memory model (the simulator's too): say so and
         // let the simulator search, so that --compare still shows every schedule.
-        std::cerr << "disagmoe-sim: the planner found no allocation (" << e.what()
-                  << "); searching the A/F split instead\n";
+        notes.push_back(std::string("the planner found no allocation (") + e.what() +
+                        "); searching the A/F split instead");
       }
     }
     std::vector<std::string> names;
@@ -273,16 +272,19 @@ int main(int argc, char** argv) {
             // F GPU included: the busiest holds ceil(E / g)); this only fires when the
             // planned layout cannot run here (e.g. --micro-batches below the A group
             // count): say so and let the simulator search.
-            std::cerr << "disagmoe-sim: the planner's allocation cannot be simulated (" << e.what()
-                      << "); searching the A/F split instead\n";
+            notes.push_back(std::string("the planner's allocation cannot be simulated (") + e.what() +
+                            "); searching the A/F split instead");
           }
         }
         runs.push_back(ds::simulate_best(n, m, c, cost, knobs, stages, af));
       } catch (const disagmoe::ConfigError& e) {
         if (!compare) throw;
-        std::cerr << "disagmoe-sim: " << n << " skipped: " << e.what() << '\n';
+        notes.push_back(n + " skipped: " + e.what());
       }
     }
+    dz::expect(!runs.empty(), "--compare", dz::Verbatim{"every schedule skipped"},
+               "a model, cluster and batch that at least one schedule can run (try --micro-batches or --stages)");
+    for (const auto& note : notes) std::cerr << "disagmoe-sim: " << note << '\n';
     const ds::Simulated& head = runs.front();
     if (!trace.empty()) disagmoe::io::write_chrome_trace(trace, head.schedule, head.result);
     if (!svg.empty()) disagmoe::io::write_svg_gantt(svg, head.schedule, head.result);

@@ -10,6 +10,7 @@
 
 #include <disagmoe/backend/host/loopback_transport.hpp>
 #include <disagmoe/io/chrome_trace.hpp>
+#include <disagmoe/limits.hpp>
 #include <disagmoe/runtime/byte_corpus.hpp>
 #include <disagmoe/runtime/colocated_trainer.hpp>
 #include <disagmoe/runtime/disaggregated_trainer.hpp>
@@ -88,6 +89,9 @@ struct RunOutcome {
   int ranks = 0;
 };
 
+/// Most worker threads of a loopback run (one per rank).
+inline constexpr int kMaxLoopbackRanks = 256;
+
 /// True for the colocated expert-parallel baselines run on workers.
 inline bool is_baseline(const DisaggregatedArgs& d) { return d.schedule == "1f1b" || d.schedule == "a2a-overlap"; }
 /// World ranks per pair (AF-Pipe: M + N) or per stage (baselines: G).
@@ -130,6 +134,8 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
   expect(d.pairs >= 0, "--pairs", d.pairs, "a positive integer (0: derived from the world)");
   expect(d.attention_ranks >= 1, "--attention-ranks", d.attention_ranks, "a positive integer");
   expect(d.ffn_ranks >= 1, "--ffn-ranks", d.ffn_ranks, "a positive integer");
+  expect(d.ffn_ranks <= spec.experts, "--ffn-ranks", d.ffn_ranks,
+         "at most --experts (" + std::to_string(spec.experts) + "): every FFN rank holds experts");
   expect(micro_batch % d.attention_ranks == 0, "--micro-batch", micro_batch,
          "a multiple of --attention-ranks (" + std::to_string(d.attention_ranks) + "): each A-rank takes an equal share");
   expect(d.exchange == "auto" || d.exchange == "direct" || d.exchange == "channel", "--exchange", d.exchange,
@@ -147,8 +153,11 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
   }
   expect(d.group_size >= 0, "--group-size", d.group_size, "an integer >= 0 (0: default)");
   expect(d.max_in_flight >= 0, "--max-in-flight", d.max_in_flight, "an integer >= 0 (0: default)");
-  expect(d.net_bandwidth >= 0, "--net-bandwidth", d.net_bandwidth, "a rate >= 0 (0: unlimited)");
-  expect(d.net_latency >= 0 && d.net_latency < 1e3, "--net-latency", d.net_latency, "seconds in [0, 1000)");
+  // The emulated network within the bounds of a real link (limits.hpp): a slower one
+  // would hold every step for hours.
+  if (d.net_bandwidth != 0)
+    expect_finite_in("--net-bandwidth", d.net_bandwidth, max_size::kMinBandwidth, max_size::kBandwidth);
+  expect_finite_in("--net-latency", d.net_latency, 0, max_size::kLatency);
   expect(d.timeout_ms >= 1, "--timeout", d.timeout_ms, "a positive number of milliseconds");
   expect(d.placement == "contiguous" || d.placement == "correlated", "--placement", d.placement,
          "contiguous or correlated");
@@ -168,7 +177,12 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
            "afpipe, 1f1b or a2a-overlap for --transport, --pairs, --attention-ranks, --ffn-ranks, --exchange, "
            "--check-reference, --trace or --net-bandwidth");
   if (d.schedule != "colocated" && d.transport == "loopback") {
-    const auto opt = disaggregated_options(d, (d.pairs > 0 ? d.pairs : 2) * ranks_per_unit(d));
+    // One thread per rank: a bounded count (MPI ranks come from mpirun instead).
+    const std::int64_t threads = std::int64_t{d.pairs > 0 ? d.pairs : 2} * ranks_per_unit(d);
+    expect(threads <= kMaxLoopbackRanks, "--attention-ranks", d.attention_ranks,
+           "a size whose --pairs x (--attention-ranks + --ffn-ranks) = " + std::to_string(threads) +
+               " worker threads is at most " + std::to_string(kMaxLoopbackRanks) + " (use --transport mpi)");
+    const auto opt = disaggregated_options(d, static_cast<int>(threads));
     rt::validate(opt, spec, rt::world_size(opt));
     (void)rt::build_schedule(spec, opt, micro_batches);
   }

@@ -125,6 +125,7 @@ rt::TrainOptions train_options(const Args& a) {
   dm::expect(a.batch >= a.micro_batch && a.batch % a.micro_batch == 0, "--batch", a.batch,
              "a positive multiple of --micro-batch (" + std::to_string(a.micro_batch) + ")");
   dm::expect(a.steps >= 0, "--steps", a.steps, "an integer >= 0");
+  dm::expect(a.warmup >= 0, "--warmup", a.warmup, "an integer >= 0");
   rt::TrainOptions o;
   o.micro_batches = a.batch / a.micro_batch;
   o.adamw.weight_decay = a.weight_decay;
@@ -146,16 +147,23 @@ double memory_needed(const dm::ModelSpec& m, int micro_batch) {
   return 4.0 * (4.0 * static_cast<double>(dm::total_params(m)) + m.layers * per_layer + 4.0 * tokens * m.vocab);
 }
 
+// The memory budget (--max-memory), and at most 80% of this machine's memory.
 void check_memory(const dm::ModelSpec& m, int micro_batch) {
   const double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES)), page = static_cast<double>(sysconf(_SC_PAGESIZE));
   const double have = pages > 0 && page > 0 ? pages * page : 0;
+  const double budget = static_cast<double>(dm::limits().max_memory_bytes);
+  const double limit = have > 0 ? std::min(budget, 0.8 * have) : budget;
   const double need = memory_needed(m, micro_batch);
-  if (have > 0 && need > 0.8 * have) {
+  if (need > limit) {
+    constexpr double kGiB = 1 << 30, kMiB = 1 << 20;
     std::ostringstream os;
     os.precision(3);
-    os << "a run that fits in 80% of this machine's " << have / (1 << 30) << " GiB (parameters, gradients, AdamW "
-       << "moments and one micro-batch's activations; lower --experts, --hidden, --layers or --micro-batch)";
-    dm::fail("model", dm::Verbatim{std::to_string(static_cast<long long>(need / (1 << 30))) + " GiB needed"}, os.str());
+    os << "a run that fits " << limit / kGiB << " GiB (the budget --max-memory, " << budget / kGiB
+       << " GiB, and 80% of this machine's " << have / kGiB << " GiB; parameters, gradients, AdamW moments and "
+       << "one micro-batch's activations; lower --experts, --hidden, --layers or --micro-batch)";
+    const std::string needed = need >= kGiB ? std::to_string(static_cast<long long>(need / kGiB)) + " GiB"
+                                            : std::to_string(static_cast<long long>(need / kMiB)) + " MiB";
+    dm::fail("model", dm::Verbatim{needed + " needed"}, os.str());
   }
 }
 
@@ -507,9 +515,7 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
 
 int main(int argc, char** argv) {
   Args a;
-  // An empty path is a mistake (an unset shell variable), never "no file".
-  const CLI::Validator kPath([](std::string& v) { return v.empty() ? std::string("expected a path, got \"\"") : std::string(); },
-                             "PATH");
+  using disagmoe::cli::kPath;
   CLI::App app{"Train a byte-level Mixtral-style MoE language model on CPU (the colocated reference)",
                "disagmoe-train"};
   // A later option overrides an earlier one (so a script can append to a base command).
@@ -589,10 +595,20 @@ int main(int argc, char** argv) {
   dis->add_option("--placement-batches", a.d.placement_batches, "batches of routing --placement correlated fits")
       ->capture_default_str();
   dis->add_option("--trace", a.d.trace, "Chrome trace of the last step: measured and simulated side by side")->check(kPath);
+  disagmoe::cli::add_max_memory(app);
   return disagmoe::cli::run_main(app, argc, argv, [&] {
-    disagmoe::expect(a.threads >= 1, "--threads", a.threads, "a positive integer");
+    disagmoe::expect_in("--threads", a.threads, 1, 1024);
     disagmoe::expect(a.val_every >= 1, "--val-every", a.val_every, "a positive integer");
     disagmoe::expect(a.sample >= 0, "--sample", a.sample, "an integer >= 0");
+    // Options of one schedule or placement are errors with the others (not ignored).
+    using disagmoe::cli::expect_applies;
+    const std::string& s = a.d.schedule;
+    for (const char* o : {"--group-size", "--max-in-flight", "--no-fuse"})
+      expect_applies(app, o, s == "afpipe", "given only with --schedule afpipe");
+    expect_applies(app, "--virtual-stages", s == "a2a-overlap", "given only with --schedule a2a-overlap");
+    for (const char* o : {"--net-latency", "--timeout"})
+      expect_applies(app, o, s != "colocated", "given only with --schedule afpipe, 1f1b or a2a-overlap");
+    expect_applies(app, "--placement-batches", a.d.placement == "correlated", "given only with --placement correlated");
     return run(a);
   });
 }

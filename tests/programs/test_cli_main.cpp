@@ -50,3 +50,22 @@ TEST_CASE("report_exception: input and environment errors exit 2, bugs exit 3, o
     CHECK(text.find("a bug: please report it") != std::string::npos);
   }
 }
+
+TEST_CASE("run_main: an empty argument is one error line and exit 2, before parsing") {
+  CLI::App app{"test", "prog"};
+  std::string path;
+  app.add_option("--path", path);
+  std::string a0 = "prog", a1 = "--path", a2 = "x", a3;
+  char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), nullptr};
+  std::ostringstream err;
+  auto* old = std::cerr.rdbuf(err.rdbuf());
+  bool ran = false;
+  const int code = disagmoe::cli::run_main(app, 4, argv, [&] {
+    ran = true;
+    return 0;
+  });
+  std::cerr.rdbuf(old);
+  CHECK(code == 2);
+  CHECK_FALSE(ran);
+  CHECK(err.str() == "prog: error: argument 3 = \"\": expected a non-empty argument (see --help)\n");
+}

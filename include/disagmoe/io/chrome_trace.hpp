@@ -138,6 +138,7 @@ void write_chrome_trace(const std::string& path, const schedule::Schedule& s, co
   std::ofstream f(path);
   expect<IoError>(f.good(), "trace", path, "a writable file path");
   write_chrome_trace(f, s, runs);
+  f.flush();  // the tail still in the buffer fails only here (a full disk, /dev/full)
   expect<IoError>(f.good(), "trace", path, "a file that could be written completely");
 }
 

@@ -139,6 +139,7 @@ inline void write_svg_gantt(const std::string& path, const schedule::Schedule& s
   std::ofstream f(path);
   expect<IoError>(f.good(), "svg", path, "a writable file path");
   write_svg_gantt(f, s, r, opt);
+  f.flush();  // the tail still in the buffer fails only here (a full disk, /dev/full)
   expect<IoError>(f.good(), "svg", path, "a file that could be written completely");
 }
 

@@ -13,6 +13,7 @@
 #include <disagmoe/schedule/cost_adapter.hpp>
 #include <disagmoe/schedule/dualpipe.hpp>
 #include <disagmoe/schedule/simulator.hpp>
+#include <disagmoe/schedule/timeline_cost.hpp>
 
 #include <algorithm>
 #include <array>
@@ -123,12 +124,14 @@ inline std::string af_label(const AfLayout& l, int g, bool rc) {
 /// ping-pong group 2p, then around the three best and the best and fastest of each A/F
 /// split: NIC split ±1, ±2 and group sizes p, 2p, 4p. Each candidate is retried with full
 /// recomputation when its activations do not fit (unless `o.memory.recompute` is
-/// already set). Throws ConfigError when no layout can run. Cost: one simulation per
+/// already set). Throws ConfigError when no layout can run, or when a timeline would
+/// exceed the work or memory budget (expect_timeline_fits). Cost: one simulation per
 /// candidate (≈ 300 for AF-Pipe on 8-GPU nodes).
 inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const ClusterSpec& c,
                                const CostOptions& o = {}, const PolicyKnobs& k = {}, int stages = 0,
                                std::optional<AfLayout> af = std::nullopt) {
   check_schedule_name(name);
+  expect_timeline_fits(name, m, o, k.chunks);
   std::optional<Simulated> best;
   // Simulates one candidate, with recomputation when it does not fit otherwise.
   auto run = [&](auto make_problem, const PolicyKnobs& kk, auto label) -> std::optional<Simulated> {

@@ -107,9 +107,12 @@ class Environment {
   bool abort_on_error = true;
 
   /// Ends the whole job after this rank reported an error: MPI_Abort(MPI_COMM_WORLD,
-  /// code), which returns `code` from mpirun; returns only with abort_on_error off.
+  /// code), which returns `code` from mpirun; returns with abort_on_error off, and in a
+  /// world of one rank (nothing else to end: the caller exits, without MPI's banner).
   void fail_job(int code) const {
-    if (!abort_on_error) return;
+    int ranks = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    if (!abort_on_error || ranks <= 1) return;
     std::fflush(stderr);
     std::fflush(stdout);
     MPI_Abort(MPI_COMM_WORLD, code);
