@@ -3,7 +3,10 @@
 /// Free MPS writer for `milp::Problem` (the inverse of the reader in mps.hpp, which
 /// includes this header): names kept when they are valid and distinct, integer blocks
 /// between MARKER lines, ranges for two-sided rows, the objective constant as the
-/// negated RHS of the objective row (CPLEX/HiGHS convention, see mps.hpp).
+/// negated RHS of the objective row (CPLEX/HiGHS convention, see mps.hpp). Fields start
+/// at the fixed-format columns (5, 15, 25) where names fit in 8 characters: readers that
+/// guess the format from the first lines (COIN-OR's CoinMpsIO, in CBC) reject short
+/// names written two blanks apart.
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -42,6 +45,18 @@ inline std::vector<std::string> mps_names(int n, auto&& given, const char* prefi
   }
   return out;
 }
+// An entry line: its fields at the fixed-format columns while names fit in 8 characters
+// (kind: the code of columns 2-3, or blank).
+inline std::string mps_line(const char* kind, const std::string& a, const std::string& b = {}) {
+  std::string line = kind;
+  line.resize(4, ' ');
+  line += a;
+  if (!b.empty()) {
+    line.resize(std::max(line.size() + 2, std::size_t{14}), ' ');
+    line += b;
+  }
+  return line;
+}
 }  // namespace detail
 
 /// Writes `p` as free MPS that read_mps_string reads back to the same problem (values
@@ -54,13 +69,18 @@ inline void write_mps(std::ostream& out, const Problem& p) {
   for (int k = 0; std::find(rows.begin(), rows.end(), obj) != rows.end(); ++k) obj = "OBJ" + std::to_string(k);
   std::ostringstream os;
   os.precision(17);
+  // An entry line and its number in the third field (column 25 where names are short).
+  auto value = [&os](std::string line, double v) {
+    line.resize(std::max(line.size() + 2, std::size_t{24}), ' ');
+    os << line << v << "\n";
+  };
   os << "NAME " << (detail::mps_name_ok(p.name()) ? p.name() : "") << "\n";
   if (p.sense() == Sense::kMaximize) os << "OBJSENSE\n    MAX\n";
-  os << "ROWS\n N  " << obj << "\n";
+  os << "ROWS\n" << detail::mps_line(" N", obj) << "\n";
   for (int i = 0; i < p.num_rows(); ++i) {
     const double lo = p.row_lo(i), hi = p.row_hi(i);
     const char t = lo == hi ? 'E' : lo == -kInf ? (hi == kInf ? 'N' : 'L') : hi == kInf ? 'G' : 'L';
-    os << ' ' << t << "  " << rows[i] << "\n";
+    os << detail::mps_line(std::string{' ', t}.c_str(), rows[i]) << "\n";
   }
   // Column-wise entries.
   std::vector<std::vector<std::pair<int, double>>> col(p.num_vars());
@@ -74,18 +94,19 @@ inline void write_mps(std::ostream& out, const Problem& p) {
   for (int j = 0; j < p.num_vars(); ++j) {
     if (p.is_integer(j) != in_int) {
       in_int = p.is_integer(j);
-      os << "    M" << marker++ << "  'MARKER'  " << (in_int ? "'INTORG'" : "'INTEND'") << "\n";
+      os << detail::mps_line("", "M" + std::to_string(marker++), "'MARKER'") << "  " << (in_int ? "'INTORG'" : "'INTEND'")
+         << "\n";
     }
-    if (p.obj(j) != 0.0 || col[j].empty()) os << "    " << cols[j] << "  " << obj << "  " << p.obj(j) << "\n";
-    for (const auto& [i, v] : col[j]) os << "    " << cols[j] << "  " << rows[i] << "  " << v << "\n";
+    if (p.obj(j) != 0.0 || col[j].empty()) value(detail::mps_line("", cols[j], obj), p.obj(j));
+    for (const auto& [i, v] : col[j]) value(detail::mps_line("", cols[j], rows[i]), v);
   }
-  if (in_int) os << "    M" << marker << "  'MARKER'  'INTEND'\n";
+  if (in_int) os << detail::mps_line("", "M" + std::to_string(marker), "'MARKER'") << "  'INTEND'\n";
   os << "RHS\n";
-  if (p.objective_offset() != 0.0) os << "    RHS  " << obj << "  " << -p.objective_offset() << "\n";
+  if (p.objective_offset() != 0.0) value(detail::mps_line("", "RHS", obj), -p.objective_offset());
   for (int i = 0; i < p.num_rows(); ++i) {
     const double lo = p.row_lo(i), hi = p.row_hi(i);
     const double rhs = hi < kInf ? hi : lo > -kInf ? lo : 0.0;
-    if (rhs != 0.0) os << "    RHS  " << rows[i] << "  " << rhs << "\n";
+    if (rhs != 0.0) value(detail::mps_line("", "RHS", rows[i]), rhs);
   }
   bool ranges = false;
   for (int i = 0; i < p.num_rows(); ++i) {
@@ -93,7 +114,7 @@ inline void write_mps(std::ostream& out, const Problem& p) {
     if (lo > -kInf && hi < kInf && lo != hi) {
       if (!ranges) os << "RANGES\n";
       ranges = true;
-      os << "    RNG  " << rows[i] << "  " << hi - lo << "\n";
+      value(detail::mps_line("", "RNG", rows[i]), hi - lo);
     }
   }
   os << "BOUNDS\n";
@@ -101,15 +122,15 @@ inline void write_mps(std::ostream& out, const Problem& p) {
     const double lb = p.lb(j), ub = p.ub(j);
     const std::string& c = cols[j];
     if (p.is_integer(j) && lb == 0 && ub == 1) {
-      os << " BV BND  " << c << "\n";
+      os << detail::mps_line(" BV", "BND", c) << "\n";
     } else if (lb == -kInf && ub == kInf) {
-      os << " FR BND  " << c << "\n";
+      os << detail::mps_line(" FR", "BND", c) << "\n";
     } else if (lb == ub) {
-      os << " FX BND  " << c << "  " << lb << "\n";
+      value(detail::mps_line(" FX", "BND", c), lb);
     } else {
-      if (lb == -kInf) os << " MI BND  " << c << "\n";
-      else if (lb != 0.0) os << " LO BND  " << c << "  " << lb << "\n";
-      if (ub != kInf) os << " UP BND  " << c << "  " << ub << "\n";
+      if (lb == -kInf) os << detail::mps_line(" MI", "BND", c) << "\n";
+      else if (lb != 0.0) value(detail::mps_line(" LO", "BND", c), lb);
+      if (ub != kInf) value(detail::mps_line(" UP", "BND", c), ub);
     }
   }
   os << "ENDATA\n";
