@@ -485,6 +485,18 @@ std::vector<double> exposed_oracle_per_worker(const disagmoe::schedule::Schedule
   return exposed;
 }
 
+// AF-Pipe with p pairs on links slow enough that communication shows: 5 micro-batches.
+disagmoe::schedule::Schedule slow_link_schedule(int p, bool fuse) {
+  rt::DisaggregatedOptions opt;
+  opt.pairs = p;
+  opt.policy.fuse_combine_dispatch = fuse;
+  opt.bytes_per_second = 2e6;
+  opt.latency_seconds = 1e-4;
+  auto spec = spec_of(2 * p + 1, 2, 1, 0);
+  spec.micro_batch = 2;
+  return rt::build_schedule(spec, opt, 5);
+}
+
 double exposed_oracle(const disagmoe::schedule::Schedule& s, const disagmoe::io::TraceRun& run) {
   std::vector<double> busy;
   const auto per = exposed_oracle_per_worker(s, run, busy);
@@ -501,14 +513,7 @@ TEST_CASE("exposed communication: interval sweep equals the exact oracle and the
     for (bool fuse : {true, false}) {
       CAPTURE(p);
       CAPTURE(fuse);
-      rt::DisaggregatedOptions opt;
-      opt.pairs = p;
-      opt.policy.fuse_combine_dispatch = fuse;
-      opt.bytes_per_second = 2e6;  // slow links: communication shows
-      opt.latency_seconds = 1e-4;
-      auto spec = spec_of(2 * p + 1, 2, 1, 0);
-      spec.micro_batch = 2;
-      const auto s = rt::build_schedule(spec, opt, 5);
+      const auto s = slow_link_schedule(p, fuse);
       const auto r = ds::simulate(s);
       const auto run = disagmoe::io::simulated_run(s, r);
       const double got = rt::exposed_comm_seconds(s, run);
@@ -529,14 +534,7 @@ TEST_CASE("calibration recovers a per-transfer software overhead the network mod
     for (bool fuse : {true, false}) {
       CAPTURE(p);
       CAPTURE(fuse);
-      rt::DisaggregatedOptions opt;
-      opt.pairs = p;
-      opt.policy.fuse_combine_dispatch = fuse;
-      opt.bytes_per_second = 2e6;
-      opt.latency_seconds = 1e-4;
-      auto spec = spec_of(2 * p + 1, 2, 1, 0);
-      spec.micro_batch = 2;
-      const auto s = rt::build_schedule(spec, opt, 5);
+      const auto s = slow_link_schedule(p, fuse);
       // The "measured" run: the same schedule where every message costs 3e-4 s more.
       const double overhead = 3e-4;
       auto truth = s;
@@ -571,6 +569,39 @@ TEST_CASE("calibration recovers a per-transfer software overhead the network mod
   for (const auto& e : disagmoe::io::simulated_run(s, ds::simulate(s)).events)
     if (!ds::is_comm(s.ops[static_cast<std::size_t>(e.op)].kind)) compute_only.events.push_back(e);
   CHECK(rt::comm_overhead_seconds(s, compute_only) == 0.0);
+}
+
+TEST_CASE("a worker of several ranks reports its first rank's timeline, its slowest rank's CPU time per compute op") {
+  namespace ds = disagmoe::schedule;
+  const auto spec = spec_of(3, 2, 0, 0);
+  const auto data = batches(2, 8, spec.seq_len);
+  rt::DisaggregatedOptions opt;
+  opt.schedule = rt::ScheduleKind::kOneFOneB;
+  opt.pairs = 1;
+  opt.attention_ranks = opt.ffn_ranks = 2;  // one stage of two expert-parallel ranks
+  dm::host::LoopbackWorld world(2);
+  std::vector<std::vector<rt::MeasuredOp>> own(2), gathered;
+  ds::Schedule schedule;
+  std::mutex mu;
+  dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& t) {
+    rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(Attention(spec, {}), Experts(spec, {}),
+                                                                                spec, train_options(2), opt, t);
+    for (const auto& b : data) tr.step(b.view());
+    auto all = tr.gather_timelines();
+    const std::lock_guard lock(mu);
+    own[static_cast<std::size_t>(t.rank())] = tr.timeline();
+    if (t.rank() == 0) gathered = std::move(all), schedule = tr.schedule();
+  });
+  REQUIRE(gathered.size() == 1);
+  int compute = 0;
+  for (std::size_t op = 0; op < schedule.ops.size(); ++op) {
+    if (ds::is_comm(schedule.ops[op].kind)) continue;
+    ++compute;
+    CHECK(gathered[0][op].cpu == std::max(own[0][op].cpu, own[1][op].cpu));
+    CHECK(gathered[0][op].start == own[0][op].start);
+    CHECK(gathered[0][op].end == own[0][op].end);
+  }
+  CHECK(compute > 0);
 }
 
 TEST_CASE("measured timelines: every task ran once, after its dependencies, in stream order; receives after sends") {

@@ -201,7 +201,9 @@ class DisaggregatedTrainer {
   /// Every worker's timeline of the last step (collective), indexed [worker][op]. A worker
   /// of several ranks reports its first rank's, except that an all-to-all inside it starts
   /// when its last rank enters it (until then the others wait for a peer that is still
-  /// computing: a bubble, not communication).
+  /// computing: a bubble, not communication), and that a compute op's CPU time is its
+  /// slowest rank's (the worker goes on when all its ranks are done: an expert-parallel
+  /// rank with the busier experts sets the pace).
   std::vector<std::vector<MeasuredOp>> gather_timelines() {
     const auto all = comm::all_gather(world_, std::as_bytes(std::span(timeline_)), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "timelines");
@@ -220,9 +222,11 @@ class DisaggregatedTrainer {
       const int members = w < p_ ? m_ranks_ : n_ranks_;
       for (int i = 1; i < members; ++i) {
         const auto other = timeline_of(w, i);
-        for (std::size_t op = 0; op < t.size(); ++op)
+        for (std::size_t op = 0; op < t.size(); ++op) {
           if (schedule_.ops[op].kind == schedule::OpKind::kAllToAll && t[op].start >= 0 && other[op].start >= 0)
             t[op].start = std::min(std::max(t[op].start, other[op].start), t[op].end);
+          t[op].cpu = std::max(t[op].cpu, other[op].cpu);
+        }
       }
     }
     return out;
