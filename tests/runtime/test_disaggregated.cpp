@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -661,4 +662,94 @@ TEST_CASE("measured timelines: every task ran once, after its dependencies, in s
     if (!ds::is_comm(schedule.ops[static_cast<std::size_t>(e.op)].kind))
       CHECK(cal.ops[static_cast<std::size_t>(e.op)].seconds == doctest::Approx(e.end - e.start));
   CHECK_FALSE(ds::simulate(cal).deadlocked);
+}
+
+TEST_CASE("the schedule's transfer bytes are the bytes each rank of the run sends") {
+  // What the simulator is told each AF-Pipe transfer moves, recounted against the bytes
+  // the emulated network saw each rank send. A step also sends what the schedule has no
+  // op for (the statistics, the norm, the replicas' gradient sum), whose size does not
+  // depend on the batch: so the recount is the difference between a step of 2S sequences
+  // and one of S, against the same difference of the schedules. With one F-rank per
+  // worker, send-once rows are exact (every token goes to that rank once), and the model
+  // is exact up to what one figure for the dispatch and the backward return cannot say:
+  // the return's dL/dgate per slot is 4 bytes where the dispatch's id + gate is 8, and
+  // the channel's hand-off sends the routing (id + gate per slot) to A_{l+1} forward
+  // only. The hand-off also sends dL/dy for the residual branch from A_{l+1} to A_l where
+  // the model has F_l return it: the same bytes from another sender, so there only the
+  // world's total is exact.
+  namespace ds = disagmoe::schedule;
+  using X = rt::Exchange;
+  struct Case {
+    int pairs, attention_ranks;
+    bool fuse;
+    X exchange;
+  };
+  const Case cases[] = {{1, 1, true, X::kDirect},  {2, 1, true, X::kDirect},  {1, 1, true, X::kChannel},
+                        {2, 1, true, X::kChannel}, {1, 1, false, X::kChannel}, {1, 2, true, X::kChannel},
+                        {2, 2, true, X::kChannel}, {2, 1, false, X::kChannel}};
+  for (const auto& c : cases) {
+    CAPTURE(c.pairs);
+    CAPTURE(c.attention_ranks);
+    CAPTURE(c.fuse);
+    CAPTURE(static_cast<int>(c.exchange));
+    const auto spec = spec_of(4, 2, 0, 0);
+    const int m = 2, small = m * c.attention_ranks;
+    const auto one = batches(1, small, spec.seq_len), two = batches(1, 2 * small, spec.seq_len);
+    rt::DisaggregatedOptions opt;
+    opt.pairs = c.pairs;
+    opt.attention_ranks = c.attention_ranks;
+    opt.policy.fuse_combine_dispatch = c.fuse;
+    opt.exchange = c.exchange;
+    opt.executor.timeout = std::chrono::milliseconds(20000);
+    const int size = rt::world_size(opt);
+    dm::host::LoopbackWorld world(size, dm::host::NetworkConfig{});
+    std::barrier sync(size);
+    std::vector<double> sent(static_cast<std::size_t>(size));  // [rank] step(2S) - step(S)
+    dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& t) {
+      rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(
+          Attention(spec, {}), Experts(spec, {}), spec, train_options(m), opt, t);
+      auto bytes_of_step = [&](const Batch& b) {
+        sync.arrive_and_wait();  // every rank's earlier traffic is counted before
+        const auto before = world.network()->sent_bytes(t.rank());
+        sync.arrive_and_wait();
+        (void)tr.step(b.view());
+        sync.arrive_and_wait();
+        return static_cast<double>(world.network()->sent_bytes(t.rank()) - before);
+      };
+      const double first = bytes_of_step(one[0]);
+      sent[static_cast<std::size_t>(t.rank())] = bytes_of_step(two[0]) - first;
+    });
+    const rt::RankLayout ranks(opt);
+    const bool hand_off = c.exchange == X::kChannel && c.pairs > 1 && c.fuse;
+    auto model_bytes = [&](int sequences) {  // [worker]
+      auto mb_spec = spec;
+      mb_spec.micro_batch = sequences / m;
+      const auto s = rt::build_schedule(mb_spec, opt, m);
+      // What a backward return does not send of its modelled bytes: 4 per slot of the
+      // micro-batch's tokens, 12 where the hand-off's routing went forward only.
+      const double slots = spec.top_k * spec.seq_len * mb_spec.micro_batch;
+      auto unsent = [&](const ds::Op& o) {
+        if (!o.backward || o.kind != ds::OpKind::kReturn) return 0.0;
+        return (hand_off && o.layer + 1 < spec.layers ? 12.0 : 4.0) * slots;
+      };
+      std::vector<double> w(static_cast<std::size_t>(ranks.workers()));
+      for (const auto& o : s.ops)
+        if (ds::is_comm(o.kind))
+          w[static_cast<std::size_t>(o.worker)] += o.bytes * s.workers[static_cast<std::size_t>(o.worker)].gpus - unsent(o);
+      return w;
+    };
+    const auto model_one = model_bytes(small), model_two = model_bytes(2 * small);
+    double total_sent = 0, total_model = 0;
+    for (int w = 0; w < ranks.workers(); ++w) {
+      CAPTURE(w);
+      double worker_sent = 0;
+      const int members = w < c.pairs ? c.attention_ranks : 1;
+      for (int i = 0; i < members; ++i) worker_sent += sent[static_cast<std::size_t>(ranks.world_rank(w, i))];
+      const double expected = model_two[static_cast<std::size_t>(w)] - model_one[static_cast<std::size_t>(w)];
+      if (!hand_off) CHECK(worker_sent == doctest::Approx(expected).epsilon(1e-9));
+      total_sent += worker_sent;
+      total_model += expected;
+    }
+    CHECK(total_sent == doctest::Approx(total_model).epsilon(1e-9));
+  }
 }

@@ -158,6 +158,13 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
          "a positive deadline");
 }
 
+/// True when tokens move through comm::M2NChannel (groups of ranks, a colocated stage's
+/// all-to-all, or asked for), false for direct messages (one rank per worker).
+[[nodiscard]] inline bool uses_channel(const DisaggregatedOptions& o) {
+  return o.schedule != ScheduleKind::kAfPipe || o.exchange == Exchange::kChannel || o.attention_ranks > 1 ||
+         o.ffn_ranks > 1;
+}
+
 /// F-rank of expert `e` (routed, then shared) at layer `layer` under `o` (validated for
 /// `spec`): the placement, contiguous blocks without one, shared expert s on s mod N.
 [[nodiscard]] inline int expert_rank_of(const DisaggregatedOptions& o, const ModelSpec& spec, int layer, int e) {
@@ -215,8 +222,14 @@ inline schedule::Problem schedule_problem(const ModelSpec& spec, const Disaggreg
     lc.dispatch_bytes = ta * dest * (d * e + slots * 8.0);
     lc.combine_bytes = colocated ? ta * dest * d * e : t * dest * d * e / n;
     lc.hidden_bytes = ta * d * e;
-    // Stage alignment: the residual rides with the dispatch (and dL/dy with the return).
-    if (!colocated && c.moe && l + 1 < spec.layers && o.policy.fuse_combine_dispatch) lc.dispatch_bytes += ta * d * e;
+    // Stage alignment: direct messages carry the residual with the dispatch (and dL/dy
+    // with the return). The channel's hand-off sends it beside, from A_l to A_{l+1} on
+    // the same egress NIC, with the routing (ids and gates) that A_{l+1} combines by; one
+    // pair keeps both local (A_{l+1} = A_l).
+    if (!colocated && c.moe && l + 1 < spec.layers && o.policy.fuse_combine_dispatch) {
+      if (!uses_channel(o)) lc.dispatch_bytes += ta * d * e;
+      else if (pairs > 1) lc.dispatch_bytes += ta * (d * e + slots * 8.0);
+    }
     pb.flops_per_micro_batch += c.total().total();
     pb.layers.push_back(lc);
   }

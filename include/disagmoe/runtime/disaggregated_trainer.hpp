@@ -93,7 +93,7 @@ class DisaggregatedTrainer {
     p_ = options_.pairs;
     m_ranks_ = options_.attention_ranks;
     n_ranks_ = options_.ffn_ranks;
-    channel_ = ranks_.colocated || options_.exchange == Exchange::kChannel || m_ranks_ > 1 || n_ranks_ > 1;
+    channel_ = uses_channel(options_);
     rank_ = world_.rank();
     worker_ = ranks_.worker_of(rank_);
     index_ = ranks_.index_of(rank_);

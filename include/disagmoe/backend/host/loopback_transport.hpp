@@ -410,6 +410,9 @@ class LoopbackWorld {
   /// Number of ranks.
   int size() const { return size_; }
 
+  /// The emulated network, or nullptr when the world has none.
+  const NetworkModel* network() const { return world_->net.get(); }
+
   /// The world endpoint of `rank`; call once per rank and use it from that rank's thread.
   LoopbackTransport transport(int rank) const {
     expect(rank >= 0 && rank < size_, "LoopbackWorld.transport rank", rank, "in [0, size())");

@@ -14,8 +14,10 @@
 #include <disagmoe/error.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -62,11 +64,13 @@ class NetworkModel {
     }
     egress_free_.assign(static_cast<std::size_t>(nodes), Clock::time_point{});
     ingress_free_ = egress_free_;
+    sent_ = std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(world_size));
   }
 
   /// Reserves the wire for `bytes` from world rank `src` to `dst` starting no earlier
   /// than `now`; returns the time the message is delivered.
   Clock::time_point reserve(int src, int dst, std::size_t bytes, Clock::time_point now) {
+    sent_[static_cast<std::size_t>(src)].fetch_add(bytes, std::memory_order_relaxed);
     const int u = config_.node_of_rank[static_cast<std::size_t>(src)];
     const int v = config_.node_of_rank[static_cast<std::size_t>(dst)];
     if (u == v) {
@@ -86,6 +90,14 @@ class NetworkModel {
   /// The validated configuration.
   const NetworkConfig& config() const { return config_; }
 
+  /// Bytes world rank `rank` has sent so far (every destination), for recounts of what
+  /// a run moved against what a model of it assumes.
+  std::uint64_t sent_bytes(int rank) const {
+    expect(rank >= 0 && static_cast<std::size_t>(rank) < config_.node_of_rank.size(), "NetworkModel rank", rank,
+           "a world rank");
+    return sent_[static_cast<std::size_t>(rank)].load(std::memory_order_relaxed);
+  }
+
  private:
   static double serialise(std::size_t bytes, double bandwidth) {
     return bandwidth > 0 ? static_cast<double>(bytes) / bandwidth : 0.0;
@@ -103,6 +115,7 @@ class NetworkModel {
   std::mutex mu_;
   std::vector<Clock::time_point> egress_free_;
   std::vector<Clock::time_point> ingress_free_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> sent_;  // [world rank]
 };
 
 }  // namespace disagmoe::host
