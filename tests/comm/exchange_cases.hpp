@@ -8,6 +8,7 @@
 
 #include <disagmoe/backend/host/backend.hpp>
 #include <disagmoe/comm/m2n_channel.hpp>
+#include <disagmoe/comm/replica_routing.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -212,6 +213,34 @@ inline Expected oracle(const Problem& p, const Batch& b) {
     }
   }
   return ex;
+}
+
+/// `p` with redundant experts: each expert gets 0-2 copies on other F-ranks, and every
+/// batch's ids are rewritten to the copies serving them (comm::ReplicaRouting), so the
+/// channel sees one expert id per copy, each computing its expert's weights.
+inline Problem with_replicas(const Problem& p, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<std::int32_t>> hosts;
+  for (int e = 0; e < p.experts; ++e) {
+    std::vector<std::int32_t> h{p.expert_rank[static_cast<std::size_t>(e)]};
+    for (int c = static_cast<int>(rng() % 3); c > 0; --c) {
+      const auto g = static_cast<std::int32_t>(rng() % static_cast<unsigned>(p.n));
+      if (std::find(h.begin(), h.end(), g) == h.end()) h.push_back(g);
+    }
+    hosts.push_back(std::move(h));
+  }
+  disagmoe::comm::ReplicaRouting routing(hosts, p.n);
+  Problem r = p;
+  r.experts = routing.copies();
+  r.expert_rank.assign(routing.expert_rank().begin(), routing.expert_rank().end());
+  r.weights.clear();
+  for (int v = 0; v < routing.copies(); ++v) r.weights.push_back(p.weights[static_cast<std::size_t>(routing.expert_of(v))]);
+  for (auto& step : r.batches)
+    for (auto& b : step) {
+      const auto real = b.ids;
+      routing.route(real, p.k, {}, b.ids);
+    }
+  return r;
 }
 
 inline ChannelConfig config_of(const Problem& p, int timeout_ms) {

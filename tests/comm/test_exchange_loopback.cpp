@@ -58,6 +58,29 @@ TEST_CASE("randomised exchanges: send-once rows, exact combine, backward, on loo
   }
 }
 
+TEST_CASE("redundant experts: copies as expert ids of their own serve every pair once, computing the model's outputs") {
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    for (bool exact : {true, false}) {
+      const int world_size = 3 + static_cast<int>(seed % 5);
+      INFO("seed = " << seed << ", exact = " << exact << ", world = " << world_size);
+      const auto plain = exchange::make_problem(seed, world_size, exact);
+      const auto p = exchange::with_replicas(plain, seed);
+      // The channel against its oracles of the replicated problem (bitwise in float mode;
+      // rows recounted over copies' ranks) ...
+      check_exchange(LoopbackWorld(world_size), p);
+      if (!exact) continue;
+      // ... and the replicated problem computes what the plain one does (exact values).
+      for (std::size_t s = 0; s < p.batches.size(); ++s)
+        for (std::size_t a = 0; a < p.batches[s].size(); ++a) {
+          const auto want = exchange::oracle(plain, plain.batches[s][a]), got = exchange::oracle(p, p.batches[s][a]);
+          CHECK(got.y == want.y);
+          CHECK(got.grad_x == want.grad_x);
+          CHECK(got.grad_gates == want.grad_gates);
+        }
+    }
+  }
+}
+
 TEST_CASE("hand-off: F-ranks return to the next layer's A-ranks, which start the backward") {
   for (std::uint64_t seed = 300; seed <= 340; ++seed) {
     for (bool exact : {true, false}) {

@@ -9,9 +9,11 @@
 /// term of objective.hpp), ties to the lighter GPU, so a copy also saves send-once rows.
 /// The dispatcher serves each token-expert pair once: on the token's home GPU when it
 /// holds a copy, else on a copy's GPU the token already sends to (send-once), else on
-/// the copy with the least load so far.
+/// the copy with the least load so far (comm::serve_token, which the channel's
+/// comm::ReplicaRouting runs too).
 #pragma once
 
+#include <disagmoe/comm/replica_routing.hpp>
 #include <disagmoe/error.hpp>
 #include <disagmoe/placement/coupling_stats.hpp>
 #include <disagmoe/placement/placement.hpp>
@@ -170,36 +172,10 @@ inline ReplicaDispatch dispatch_replicas(const RoutingTrace& trace, const Replic
       const int h = home[static_cast<std::size_t>(l) * static_cast<std::size_t>(T) + static_cast<std::size_t>(t)];
       expect(h >= 0 && h < G, "home of token " + std::to_string(t) + " at layer " + std::to_string(l), h,
              "0 <= gpu < " + std::to_string(G));
-      std::fill(sends.begin(), sends.end(), 0);
       const auto experts = trace.experts(t, l);
       std::int32_t* out = d.gpu.data() + (static_cast<std::size_t>(l) * static_cast<std::size_t>(T) + static_cast<std::size_t>(t)) * static_cast<std::size_t>(k);
-      auto serve = [&](int s, int g) {
-        out[s] = g;
-        ++load[static_cast<std::size_t>(g)];
-        d.rows_dedup += sends[static_cast<std::size_t>(g)] == 0;
-        sends[static_cast<std::size_t>(g)] = 1;
-      };
-      for (int pass = 0; pass < 2; ++pass)
-        for (int s = 0; s < k; ++s) {
-          const auto hosts = rp.hosts(l, experts[static_cast<std::size_t>(s)]);
-          const bool single = hosts.size() == 1;
-          if (single != (pass == 0)) continue;
-          if (single) {
-            serve(s, hosts[0]);
-            continue;
-          }
-          int g = -1;
-          for (const auto c : hosts)
-            if (c == h) g = c;
-          for (const auto c : hosts)
-            if (g < 0 && sends[static_cast<std::size_t>(c)]) g = c;
-          if (g < 0) {
-            g = hosts[0];
-            for (const auto c : hosts)
-              if (load[static_cast<std::size_t>(c)] < load[static_cast<std::size_t>(g)]) g = c;
-          }
-          serve(s, g);
-        }
+      d.rows_dedup += comm::serve_token([&](int s) { return rp.hosts(l, experts[static_cast<std::size_t>(s)]); }, k, h,
+                                        load, sends, out);
     }
     const double mean = static_cast<double>(T) * k / G;
     if (mean > 0)
