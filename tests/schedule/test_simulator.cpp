@@ -202,6 +202,59 @@ TEST_CASE("host cores: at most C compute ops run at once, first come first serve
   CHECK_THROWS_WITH_AS(ds::simulate(bad), doctest::Contains("Schedule.network.host_cores = -1"), disagmoe::ConfigError);
 }
 
+TEST_CASE("host cores: a worker's ranks are threads, each stream its own; queued first come first served") {
+  auto with_gpus = [](std::vector<int> gpus, int cores) {
+    ds::Schedule s;
+    s.workers = ds::uniform_workers(static_cast<int>(gpus.size()), ds::Role::kColocated, 100.0, 1000.0);
+    for (std::size_t w = 0; w < gpus.size(); ++w) s.workers[w].gpus = gpus[w];
+    s.network.host_cores = cores;
+    return s;
+  };
+  {  // One rank, forward and backward threads on 2 cores: both at full rate (a GPU's
+     // streams would share it: both would end at 2, as with no core limit).
+    for (int cores : {2, 0}) {
+      auto s = with_gpus({1}, cores);
+      s.add(work(0, ds::Stream::kForward, 1.0));
+      s.add(work(0, ds::Stream::kBackward, 1.0));
+      const auto r = ds::simulate(s);
+      CHECK(r.timings[1].end == doctest::Approx(cores > 0 ? 1.0 : 2.0));
+      CHECK(r.lower_bound_seconds == doctest::Approx(cores > 0 ? 1.0 : 2.0));
+    }
+  }
+  {  // Two ranks: each op holds both cores, so forward and backward run one after the other.
+    auto s = with_gpus({2}, 2);
+    s.add(work(0, ds::Stream::kForward, 1.0));
+    s.add(work(0, ds::Stream::kBackward, 1.0));
+    const auto r = ds::simulate(s);
+    CHECK(r.timings[1].start == doctest::Approx(1.0));
+    CHECK(r.step_seconds == doctest::Approx(2.0));
+    CHECK(r.lower_bound_seconds == doctest::Approx(2.0));  // 4 core-seconds on 2 cores
+  }
+  {  // Four ranks on 2 cores: the op holds both, at half its rate.
+    auto s = with_gpus({4}, 2);
+    s.add(work(0, ds::Stream::kForward, 1.0));
+    const auto r = ds::simulate(s);
+    CHECK(r.step_seconds == doctest::Approx(2.0));
+    CHECK(r.lower_bound_seconds == doctest::Approx(2.0));
+  }
+  {  // a (1 rank), b (2 ranks), c (1 rank), 1 s each, ready at 0 on 2 cores: a starts; b
+     // waits for 2 cores; c waits behind b although a core is free. a ends at 1: b runs
+     // 1-2, then c 2-3.
+    auto s = with_gpus({1, 2, 1}, 2);
+    s.add(work(0, ds::Stream::kForward, 1.0));
+    s.add(work(1, ds::Stream::kForward, 1.0));
+    s.add(work(2, ds::Stream::kForward, 1.0));
+    const auto r = ds::simulate(s);
+    const double start[] = {0, 1, 2}, end[] = {1, 2, 3};
+    for (int i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      CHECK(r.timings[static_cast<std::size_t>(i)].start == doctest::Approx(start[i]));
+      CHECK(r.timings[static_cast<std::size_t>(i)].end == doctest::Approx(end[i]));
+    }
+    CHECK(r.lower_bound_seconds == doctest::Approx(2.0));  // 4 core-seconds on 2 cores
+  }
+}
+
 TEST_CASE("memory: peak activation follows allocations and frees") {
   auto s = two_workers(true);
   auto a = work(0, ds::Stream::kForward, 1.0);

@@ -149,11 +149,11 @@ struct Network {
   /// The same for RDMA-engine transfers (ops without `uses_sms`); both can apply at once.
   /// From ClusterSpec::rdma_comm_sm_fraction (default 0).
   double rdma_sm_fraction = 0;
-  /// Shared host-core limit: at most this many compute ops run at once across all
-  /// workers (0: unlimited). Models worker threads that share fewer CPU cores than there
-  /// are workers (a CPU runtime's 4 workers on 2 cores): an op that becomes ready while
-  /// the cores are all taken waits, first come first served, for one to free. Each
-  /// running compute op takes one core whatever its worker's `gpus`.
+  /// Host cores shared by every worker (0: unlimited, the workers are GPUs). Above 0 the
+  /// workers are host threads, as a CPU runtime's are (4 workers on 2 cores): a compute
+  /// op of a worker of g ranks runs on g threads holding min(g, C) cores, at min(g, C) / g
+  /// of its rate; a worker's forward and backward streams are threads of their own (no
+  /// GPU to share); an op whose cores are not free waits, first come first served.
   int host_cores = 0;
 };
 

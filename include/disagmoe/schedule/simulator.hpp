@@ -10,9 +10,12 @@
 ///   the worker (fwd and bwd streams share the GPU), times (1 - comm_sm_fraction) while an
 ///   SM-using comm op touches the worker and (1 - rdma_sm_fraction) less while an RDMA
 ///   one does;
-/// - with Network::host_cores = C > 0, at most C compute ops run at once across all
-///   workers; a ready compute op beyond that waits in one first-come-first-served queue
-///   and starts when a running compute op ends (before ops that end readies);
+/// - with Network::host_cores = C > 0 the workers are host threads (a CPU runtime): a
+///   compute op of a worker of g ranks runs on g threads and holds min(g, C) of the C
+///   cores (at min(g, C) / g of its rate when g > C), and a worker's two compute streams
+///   are threads of their own, so their ops do not share a rate; a ready compute op that
+///   does not find its cores free waits in one first-come-first-served queue and starts
+///   when running ones free them (before ops that end readies);
 /// - a comm op first waits its message latency, then moves its bytes; intra-node bytes
 ///   go over NVLink, the rest over the worker's NIC share, each direction a separate
 ///   resource per worker; flows on a resource share it equally and the op advances at
@@ -300,11 +303,16 @@ class Simulator {
     if (head_[wk] < slots_.begin[wk + 1]) try_start(q_[head_[wk]]);
   }
 
-  void try_start(int id) {
+  /// Host cores a compute op of worker `w` holds (Network::host_cores > 0).
+  int cores_of(int w) const { return std::min(s_.workers[static_cast<std::size_t>(w)].gpus, cores_); }
+
+  // `dequeued`: the op heads the host-core queue and its cores are free.
+  void try_start(int id, bool dequeued = false) {
     Node& o = node(id);
     if (gate_[static_cast<std::size_t>(id)].deps_left > 0 || o.state != kWaiting || !is_head(o)) return;
     const bool compute = (o.flags & kComm) == 0 && o.seconds > 0;
-    if (compute && cores_ > 0 && running_compute_ == cores_) {  // every host core taken
+    if (compute && cores_ > 0 && !dequeued &&
+        (core_next_ < core_queue_.size() || running_compute_ + cores_of(o.worker) > cores_)) {  // wait for cores
       o.state = kQueued;
       core_queue_.push_back(id);
       return;
@@ -332,7 +340,7 @@ class Simulator {
     if ((o.flags & kComm) == 0) {
       if (!compute) return instant(id);
       touch(o.worker);
-      ++running_compute_;
+      if (cores_ > 0) running_compute_ += cores_of(o.worker);
       o.state = kRunning;
       o.left = 1;
       o.since = now_;
@@ -389,7 +397,10 @@ class Simulator {
 
   void rerate_compute(int w) {
     const auto& k = ws_[static_cast<std::size_t>(w)];
-    const double share = k.ncompute == 0 ? 0 : 1.0 / static_cast<double>(k.ncompute);
+    // A GPU's streams share it; host threads each have their cores (file comment).
+    const double share = k.ncompute == 0 ? 0
+                         : cores_ > 0  ? static_cast<double>(cores_of(w)) / s_.workers[static_cast<std::size_t>(w)].gpus
+                                       : 1.0 / static_cast<double>(k.ncompute);
     double slow = k.sm_comm > 0 ? 1.0 - s_.network.comm_sm_fraction : 1.0;
     if (k.rdma_comm > 0) slow -= s_.network.rdma_sm_fraction;
     for (int i = 0; i < k.ncompute; ++i) {
@@ -437,11 +448,12 @@ class Simulator {
         for (; i + 1 < wk.ncompute; ++i) wk.compute[static_cast<std::size_t>(i)] = wk.compute[static_cast<std::size_t>(i) + 1];
         --wk.ncompute;
         rerate_compute(o.worker);
-        --running_compute_;
-        if (core_next_ < core_queue_.size()) {  // the freed core goes to the longest waiter
+        if (cores_ > 0) running_compute_ -= cores_of(o.worker);
+        // The freed cores go to the longest waiters, in order, while the head's fit.
+        while (core_next_ < core_queue_.size() && running_compute_ + cores_of(node(core_queue_[core_next_]).worker) <= cores_) {
           const int next = core_queue_[core_next_++];
           node(next).state = kWaiting;
-          try_start(next);
+          try_start(next, true);
         }
       }
     } else if (o.uses >= 0) {
@@ -549,10 +561,18 @@ class Simulator {
     res_.bubble_fraction /= gpus;
     res_.exposed_comm_seconds /= gpus;
     res_.lower_bound_seconds = res_.max_worker_compute_seconds;
-    if (cores_ > 0) {  // every compute op holds a core for at least its cost
-      double all = 0;
-      for (const auto& m : res_.workers) all += m.compute_seconds;
-      res_.lower_bound_seconds = std::max(res_.lower_bound_seconds, all / cores_);
+    if (cores_ > 0) {  // host threads: per stream in order; every op holds its cores for cost x g / min(g, C)
+      double all = 0, slowest = 0;
+      std::vector<double> stream(s_.workers.size() * kStreams, 0.0);
+      for (const Node& o : nodes_)
+        if ((o.flags & kComm) == 0) {
+          const double g = s_.workers[static_cast<std::size_t>(o.worker)].gpus;
+          all += o.seconds * g;
+          auto& t = stream[static_cast<std::size_t>(o.worker) * kStreams + o.stream];
+          t += o.seconds * g / cores_of(o.worker);
+          slowest = std::max(slowest, t);
+        }
+      res_.lower_bound_seconds = std::max(slowest, all / cores_);
     }
     for (double l : load) res_.lower_bound_seconds = std::max(res_.lower_bound_seconds, l);
     if (step > 0 && !res_.deadlocked) {
