@@ -49,7 +49,8 @@ struct Options {
   /// (Problem::max_scaled_violation). Integers of a reported solution are exact.
   double feasibility_tol = 1e-6;
   bool presolve = true;         ///< presolve.hpp before branch and bound
-  int cut_rounds = 20;          ///< rounds of root Gomory mixed-integer cuts (0 = off)
+  int cut_rounds = 20;          ///< rounds of root cuts, all families (0 = off)
+  bool flow_cover_cuts = true;  ///< lifted flow cover cuts (flow_cover_cuts.hpp) among the root cuts
   bool heuristics = true;       ///< rounding and diving primal heuristics
   bool verbose = false;         ///< progress lines on stderr
   /// Called with every improving solution (from the solving thread; keep it cheap).
@@ -91,6 +92,14 @@ struct PresolveStats {
   bool infeasible = false;  ///< a row or a column's bounds cannot be met
 };
 
+/// Root cuts that entered the LP, per family (reported by `--verbose` and in Result).
+struct CutCounts {
+  int gmi = 0;         ///< Gomory mixed-integer cuts from tableau rows
+  int cover = 0;       ///< extended knapsack covers
+  int mir = 0;         ///< complemented mixed-integer rounding cuts
+  int flow_cover = 0;  ///< lifted flow covers
+};
+
 /// Outcome of `solve`. `objective` is NaN and `solution` empty when no solution was
 /// found; `bound` is the proven bound on the optimum (lower for minimisation, upper for
 /// maximisation); gap = |objective - bound| / max(|objective|, 1e-10), +inf without a
@@ -107,6 +116,7 @@ struct Result {
   PresolveStats presolve;  ///< what presolve removed (zero when off)
   /// Root LP bound before and after the cuts (problem's sense; NaN when not reached).
   double root_bound = std::nan(""), root_bound_cuts = std::nan("");
+  CutCounts cuts;  ///< root cuts added (also those later dropped as slack)
   bool has_solution() const { return !solution.empty(); }
 };
 
