@@ -5,7 +5,8 @@
 // `cbc` is on PATH, and prints one table: our status/objective/time/nodes, the known
 // optimum (from the data set's README), whether they match (1e-6 relative), CBC's time,
 // the time ratio, and geometric means; presolve's removals (rows, columns, bound and
-// coefficient tightenings), the root LP bound before and after the cuts and the root cuts
+// coefficient tightenings, parallel rows, substituted columns, dominated row sides), the
+// root LP bound before and after the cuts and the root cuts
 // added per family (GMI/cover/c-MIR/flow cover). `--no-flow-cover` turns the lifted flow
 // cover separator off (for a before/after in one build). A second table times an
 // allocation-sized MILP.
@@ -219,7 +220,7 @@ int main(int argc, char** argv) {
   }
   std::printf("time limit %.0f s per instance; CBC %s; flow cover cuts %s; load average %s\n\n", limit,
               use_cbc ? "(same run)" : "not run", flow_cover ? "on" : "off", load_average().c_str());
-  std::printf("| instance | status | objective | known optimum | match | time s | cpu s | nodes | presolve rows/cols/bounds/coefs/parallel/subst | root bound | after cuts | cuts g/c/m/f | CBC status | CBC time s | ratio |\n");
+  std::printf("| instance | status | objective | known optimum | match | time s | cpu s | nodes | presolve rows/cols/bounds/coefs/parallel/subst/dom | root bound | after cuts | cuts g/c/m/f | CBC status | CBC time s | ratio |\n");
   std::printf("|---|---|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|---:|---:|\n");
   int solved = 0, wrong = 0, both = 0;
   double log_ours = 0, log_cbc = 0, log_ratio = 0;
@@ -255,12 +256,12 @@ int main(int argc, char** argv) {
       os << a / b;
       ratio = os.str();
     }
-    std::printf("| %s | %s | %.10g | %s | %s | %.2f | %.2f | %ld | %d/%d/%d/%d/%d/%d | %.8g | %.8g | %d/%d/%d/%d | %s | %s | %s |\n", name.c_str(),
+    std::printf("| %s | %s | %.10g | %s | %s | %.2f | %.2f | %ld | %d/%d/%d/%d/%d/%d/%d | %.8g | %.8g | %d/%d/%d/%d | %s | %s | %s |\n", name.c_str(),
                 std::string(milp::to_string(r.status)).c_str(), r.objective,
                 have_known ? std::to_string(reference).c_str() : "?",
                 !ok ? "-" : !have_known ? "?" : match ? "yes" : "NO", r.seconds, cpu, r.nodes, r.presolve.rows_removed,
                 r.presolve.cols_removed, r.presolve.bounds_tightened, r.presolve.coefs_tightened,
-                r.presolve.parallel_rows, r.presolve.substituted_cols, r.root_bound,
+                r.presolve.parallel_rows, r.presolve.substituted_cols, r.presolve.dominated_sides, r.root_bound,
                 r.root_bound_cuts, r.cuts.gmi, r.cuts.cover, r.cuts.mir, r.cuts.flow_cover,
                 !c.ran ? "-" : c.optimal ? "optimal" : "not solved",
                 c.ran ? std::to_string(c.seconds).c_str() : "-", ratio.c_str());

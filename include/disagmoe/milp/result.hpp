@@ -85,6 +85,7 @@ struct PresolveStats {
   int singleton_rows = 0;   ///< rows of one column, turned into its bounds
   int redundant_rows = 0;   ///< rows no point within the bounds can violate
   int parallel_rows = 0;    ///< rows proportional to another, merged into it (duplicates, dominated sides)
+  int dominated_sides = 0;  ///< row sides implied by a row of the same columns, dropped (rows left without sides go)
   int cols_removed = 0;     ///< fixed and substituted columns
   int substituted_cols = 0; ///< implied free continuous singleton columns substituted out
   int bounds_tightened = 0; ///< column bounds changed (singleton rows, activities)
