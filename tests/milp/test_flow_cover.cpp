@@ -106,7 +106,9 @@ TEST_CASE("milp cuts: the flow cover of a single-node flow set at its LP optimum
   }
   CHECK(found);
   // The solver's root cuts move the bound below the LP's 4.5, the optimum stays 4.
-  const Result r = solve(p);
+  Options o;
+  o.flow_cover_cuts = true;
+  const Result r = solve(p, o);
   REQUIRE(r.status == Status::kOptimal);
   CHECK(r.objective == doctest::Approx(4.0));
   CHECK(r.root_bound_cuts <= 4.5 - 0.1);
@@ -122,7 +124,8 @@ TEST_CASE("milp cuts: flow covers never cut off the brute-force optimum of a fix
     const test::OracleResult want = test::brute_force_milp(p);
     if (!want.feasible) continue;
     Options o;
-    o.presolve = false;  // the cuts see the generated rows
+    o.flow_cover_cuts = true;  // off by default
+    o.presolve = false;        // the cuts see the generated rows
     o.debug_solution = &want.x;
     Result r;
     REQUIRE_NOTHROW(r = solve(p, o));
