@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_milp [DIR] [--time-limit S] [--only NAME,...] [--no-cbc] [--no-presolve] [--fcnd K]
+// bench_milp [DIR] [--time-limit S] [--only NAME,...] [--no-cbc] [--no-presolve] [--flow-cover] [--fcnd K]
 // Solves every DIR/*.mps.gz (default: ../shared/data/miplib beside the repository) with
 // disagmoe::milp under a time limit, then runs CBC on the same file in the same run when
 // `cbc` is on PATH, and prints one table: our status/objective/time/nodes, the known
 // optimum (from the data set's README), whether they match (1e-6 relative), CBC's time,
 // the time ratio, and geometric means; presolve's removals (rows, columns, bound and
-// coefficient tightenings) and the root LP bound before and after the cuts. A second table times an allocation-sized MILP.
+// coefficient tightenings, parallel rows, substituted columns, dominated row sides), the
+// root LP bound before and after the cuts and the root cuts
+// added per family (GMI/cover/c-MIR/flow cover). `--flow-cover` turns the lifted flow
+// cover separator on (off by default; for a before/after in one build). A second table times an
+// allocation-sized MILP.
 // Our times are wall and CPU time of the solving thread (CLOCK_THREAD_CPUTIME_ID: the
 // machine is shared, so CPU time is the steadier number); the load average is printed
 // before and after. Allocation problems are each solved 5 times, the median kept.
@@ -169,7 +173,7 @@ milp::Problem fcnd_problem(std::uint64_t seed) {
 int main(int argc, char** argv) {
   std::string dir = DISAGMOE_MIPLIB_DIR;
   double limit = 60;
-  bool use_cbc = true, presolve = true;
+  bool use_cbc = true, presolve = true, flow_cover = false;
   int fcnd = 0;
   std::vector<std::string> only;
   for (int a = 1; a < argc; ++a) {
@@ -180,13 +184,15 @@ int main(int argc, char** argv) {
       use_cbc = false;
     } else if (s == "--no-presolve") {
       presolve = false;
+    } else if (s == "--flow-cover") {
+      flow_cover = true;
     } else if (s == "--fcnd" && a + 1 < argc) {
       fcnd = std::atoi(argv[++a]);
     } else if (s == "--only" && a + 1 < argc) {
       std::stringstream ss(argv[++a]);
       for (std::string n; std::getline(ss, n, ',');) only.push_back(n);
     } else if (s == "--help" || s == "-h") {
-      std::cout << "bench_milp [DIR] [--time-limit S] [--only NAME,...] [--no-cbc] [--no-presolve] [--fcnd K]\n";
+      std::cout << "bench_milp [DIR] [--time-limit S] [--only NAME,...] [--no-cbc] [--no-presolve] [--flow-cover] [--fcnd K]\n";
       return 0;
     } else {
       dir = s;
@@ -212,10 +218,10 @@ int main(int argc, char** argv) {
     std::cerr << "bench_milp: no .mps(.gz) files in " << dir << "\n";
     return 2;
   }
-  std::printf("time limit %.0f s per instance; CBC %s; load average %s\n\n", limit,
-              use_cbc ? "(same run)" : "not run", load_average().c_str());
-  std::printf("| instance | status | objective | known optimum | match | time s | cpu s | nodes | presolve rows/cols/bounds/coefs/parallel/subst | root bound | after cuts | CBC status | CBC time s | ratio |\n");
-  std::printf("|---|---|---:|---:|---|---:|---:|---:|---|---:|---:|---|---:|---:|\n");
+  std::printf("time limit %.0f s per instance; CBC %s; flow cover cuts %s; load average %s\n\n", limit,
+              use_cbc ? "(same run)" : "not run", flow_cover ? "on" : "off", load_average().c_str());
+  std::printf("| instance | status | objective | known optimum | match | time s | cpu s | nodes | presolve rows/cols/bounds/coefs/parallel/subst/dom | root bound | after cuts | cuts g/c/m/f | CBC status | CBC time s | ratio |\n");
+  std::printf("|---|---|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|---:|---:|\n");
   int solved = 0, wrong = 0, both = 0;
   double log_ours = 0, log_cbc = 0, log_ratio = 0;
   for (const std::string& f : files) {
@@ -226,6 +232,7 @@ int main(int argc, char** argv) {
     milp::Options o;
     o.time_limit = limit;
     o.presolve = presolve;
+    o.flow_cover_cuts = flow_cover;
     const double cpu0 = thread_cpu_seconds();
     const milp::Result r = milp::solve(p, o);
     const double cpu = thread_cpu_seconds() - cpu0;
@@ -249,13 +256,13 @@ int main(int argc, char** argv) {
       os << a / b;
       ratio = os.str();
     }
-    std::printf("| %s | %s | %.10g | %s | %s | %.2f | %.2f | %ld | %d/%d/%d/%d/%d/%d | %.8g | %.8g | %s | %s | %s |\n", name.c_str(),
+    std::printf("| %s | %s | %.10g | %s | %s | %.2f | %.2f | %ld | %d/%d/%d/%d/%d/%d/%d | %.8g | %.8g | %d/%d/%d/%d | %s | %s | %s |\n", name.c_str(),
                 std::string(milp::to_string(r.status)).c_str(), r.objective,
                 have_known ? std::to_string(reference).c_str() : "?",
                 !ok ? "-" : !have_known ? "?" : match ? "yes" : "NO", r.seconds, cpu, r.nodes, r.presolve.rows_removed,
                 r.presolve.cols_removed, r.presolve.bounds_tightened, r.presolve.coefs_tightened,
-                r.presolve.parallel_rows, r.presolve.substituted_cols, r.root_bound,
-                r.root_bound_cuts,
+                r.presolve.parallel_rows, r.presolve.substituted_cols, r.presolve.dominated_sides, r.root_bound,
+                r.root_bound_cuts, r.cuts.gmi, r.cuts.cover, r.cuts.mir, r.cuts.flow_cover,
                 !c.ran ? "-" : c.optimal ? "optimal" : "not solved",
                 c.ran ? std::to_string(c.seconds).c_str() : "-", ratio.c_str());
     std::fflush(stdout);
@@ -273,7 +280,9 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < 5; ++rep) {
       const auto t0 = Clock::now();
       const double c0 = thread_cpu_seconds();
-      const milp::Result r = milp::solve(p);
+      milp::Options ao;
+      ao.flow_cover_cuts = flow_cover;
+      const milp::Result r = milp::solve(p, ao);
       c.push_back(1e3 * (thread_cpu_seconds() - c0));
       w.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       if (rep == 0) nodes += r.nodes;

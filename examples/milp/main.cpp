@@ -14,6 +14,7 @@
 //                         "internal error: milp debug solution: ..." (exit 3)
 //  --no-presolve          solves without presolve (presolve.hpp); --verbose reports
 //                         what presolve removed and the root bound before/after cuts
+//  --flow-cover           also separates lifted flow cover cuts (flow_cover_cuts.hpp)
 #include "../common/cli_main.hpp"
 
 #include <disagmoe/milp/milp.hpp>
@@ -80,10 +81,12 @@ int main(int argc, char** argv) {
   app.add_flag("--verbose", opt.verbose, "progress on stderr (presolve removals, root bounds, incumbents)");
   bool no_presolve = false;
   app.add_flag("--no-presolve", no_presolve, "solve without presolve");
+  app.add_flag("--flow-cover", opt.flow_cover_cuts,
+               "also separate lifted flow cover cuts at the root (off by default: on MIPLIB 3 they lower the root bound)");
   return disagmoe::cli::run_main(app, argc, argv, [&] {
     // --check-solution only evaluates a point: the solver's options would be ignored.
     for (const char* o : {"--write-solution", "--debug-solution", "--time-limit", "--node-limit", "--gap",
-                          "--cut-rounds", "--no-presolve", "--verbose"})
+                          "--cut-rounds", "--no-presolve", "--flow-cover", "--verbose"})
       disagmoe::cli::expect_applies(app, o, check_sol.empty(), "not given with --check-solution (it solves nothing)");
     if (app.count("--time-limit")) disagmoe::expect_finite_in("--time-limit", opt.time_limit, 0, 1e9);
     disagmoe::expect_finite_in("--gap", gap, 0, 1e300);

@@ -64,6 +64,7 @@ TEST_CASE("milp presolve: the reduced problem keeps the optimum and every feasib
     total.rows_removed += pre.stats.rows_removed, total.cols_removed += pre.stats.cols_removed;
     total.bounds_tightened += pre.stats.bounds_tightened, total.coefs_tightened += pre.stats.coefs_tightened;
     total.parallel_rows += pre.stats.parallel_rows, total.substituted_cols += pre.stats.substituted_cols;
+    total.dominated_sides += pre.stats.dominated_sides;
     reduced += pre.problem.num_vars() < p.num_vars() || pre.problem.num_rows() < p.num_rows();
     // Every feasible point (one per integer slice) is still feasible after presolve.
     for (const auto& x : slice_optima(p)) {
@@ -91,11 +92,13 @@ TEST_CASE("milp presolve: the reduced problem keeps the optimum and every feasib
   MESSAGE("presolve: " << checked << " checked, " << reduced << " reduced; rows " << total.rows_removed
                        << ", columns " << total.cols_removed << ", bounds " << total.bounds_tightened
                        << ", coefficients " << total.coefs_tightened << ", parallel rows " << total.parallel_rows
-                       << ", substituted columns " << total.substituted_cols);
+                       << ", substituted columns " << total.substituted_cols << ", dominated sides "
+                       << total.dominated_sides);
   CHECK(checked > 250);
   CHECK(reduced > 100);
   CHECK(total.coefs_tightened > 20);
   CHECK(total.parallel_rows > 2);
+  CHECK(total.dominated_sides > 2);
 }
 
 TEST_CASE("milp presolve: solve with and without presolve agree with brute force") {
@@ -188,6 +191,40 @@ TEST_CASE("milp presolve: parallel rows merged, an implied free column singleton
     const Result r = solve(p, o);
     REQUIRE(r.status == Status::kOptimal);
     CHECK(r.objective == doctest::Approx(-3.0));
+    CHECK(p.max_violation(r.solution) <= 1e-9);
+  }
+}
+
+TEST_CASE("milp presolve: row sides implied by a row of the same columns are dropped") {
+  // max x + 2y; x, y integer [0, 3]. r1 and r4 bind; r2 and r3 follow from r1 over the
+  // bounds: 2x + 2.5y = 2 (x + y) + 0.5 y <= 6 + 1.5 = 7.5 <= 7.6, and
+  // -x - 0.5y = -(x + y) + 0.5 y >= -3 + 0 >= -4. r4 = r1 + 2y is not implied (nor r1 by r4).
+  Problem p;
+  p.set_sense(Sense::kMaximize);
+  p.add_var(0, 3, 1, VarType::kInteger, "x");
+  p.add_var(0, 3, 2, VarType::kInteger, "y");
+  p.add_row({{0, 1.0}, {1, 1.0}}, -kInf, 3.0, "r1");
+  p.add_row({{0, 2.0}, {1, 2.5}}, -kInf, 7.6, "r2");
+  p.add_row({{0, -1.0}, {1, -0.5}}, -4.0, kInf, "r3");
+  p.add_row({{0, 1.0}, {1, 3.0}}, -kInf, 7.0, "r4");
+  // A range row whose upper side r1 implies (x + 1.25 y <= 3 + 0.75) and whose lower
+  // side it does not: only that side goes, the row stays.
+  p.add_row({{0, 1.0}, {1, 1.25}}, 1.0, 3.8, "r5");
+  const Presolved pre = presolve(p);
+  CHECK_FALSE(pre.stats.infeasible);
+  CHECK(pre.stats.dominated_sides == 3);
+  REQUIRE(pre.problem.num_rows() == 3);
+  CHECK(pre.problem.row_name(0) == "r1");
+  CHECK(pre.problem.row_name(1) == "r4");
+  CHECK(pre.problem.row_name(2) == "r5");
+  CHECK(pre.problem.row_lo(2) == 1.0);
+  CHECK(pre.problem.row_hi(2) == kInf);
+  for (const bool on : {false, true}) {  // the optimum: x = 1, y = 2, value 5
+    Options o;
+    o.presolve = on;
+    const Result r = solve(p, o);
+    REQUIRE(r.status == Status::kOptimal);
+    CHECK(r.objective == doctest::Approx(5.0));
     CHECK(p.max_violation(r.solution) <= 1e-9);
   }
 }

@@ -115,8 +115,9 @@ class BranchAndBound {
     res.root_bound = sign_ * lp_.objective() + p_.objective_offset();
     if (opt_.verbose) std::cerr << "milp: root LP bound " << res.root_bound << "\n";
     if (opt_.cut_rounds > 0 && !ints_.empty()) {
-      GomoryCuts cuts(p_, lp_, ints_, dbg_.get());
+      GomoryCuts cuts(p_, lp_, ints_, dbg_.get(), opt_.flow_cover_cuts);
       s = cuts.run(opt_.cut_rounds, deadline_);
+      res.cuts = cuts.counts();
       if (s == LpStatus::kTimeLimit) return finish(res, Status::kTimeLimit);
       if (s == LpStatus::kInfeasible) return finish(res, Status::kInfeasible);
     }
@@ -124,7 +125,8 @@ class BranchAndBound {
     res.root_bound_cuts = sign_ * root_bound_ + p_.objective_offset();
     if (opt_.verbose)
       std::cerr << "milp: bound after cuts " << res.root_bound_cuts << " (" << lp_.num_rows() - p_.num_rows()
-                << " cuts), " << seconds() << " s\n";
+                << " cuts in the LP; added " << res.cuts.gmi << " GMI, " << res.cuts.cover << " cover, " << res.cuts.mir
+                << " c-MIR, " << res.cuts.flow_cover << " flow cover), " << seconds() << " s\n";
     save_root_reduced_costs();
     run_dives();
     auto root = std::make_shared<Node>();

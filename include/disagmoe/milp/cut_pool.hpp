@@ -20,19 +20,21 @@
 namespace disagmoe::milp::detail {
 
 /// A candidate: the cut, whether its activity is integer at every integer point (its
-/// logical then counts as an integer for GMI), and its origin for debug reports.
+/// logical then counts as an integer for GMI), its origin for debug reports and its
+/// family (the caller's index, for counts).
 struct PoolCut {
   LinearCut cut;
   bool integral = false;
   std::string origin;
+  int family = 0;
 };
 
 class CutPool {
  public:
   /// Adds a candidate (terms are sorted by column here).
-  void add(LinearCut cut, bool integral, std::string origin) {
+  void add(LinearCut cut, bool integral, std::string origin, int family = 0) {
     std::sort(cut.terms.begin(), cut.terms.end());
-    cands_.push_back({std::move(cut), integral, std::move(origin)});
+    cands_.push_back({std::move(cut), integral, std::move(origin), family});
   }
 
   std::size_t size() const { return cands_.size(); }

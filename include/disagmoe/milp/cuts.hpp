@@ -6,16 +6,19 @@
 /// basic integer columns, complements nonbasic variables to their bounds, forms the GMI
 /// inequality, substitutes the row logicals back and keeps numerically safe, violated
 /// cuts; slack cuts are removed after every round. Each round also separates extended
-/// knapsack covers (cover_cuts.hpp) and c-MIR cuts (mir_cuts.hpp) of the original rows;
-/// the cut pool (cut_pool.hpp) chooses among all families.
+/// knapsack covers (cover_cuts.hpp), c-MIR cuts (mir_cuts.hpp) and lifted flow covers
+/// (flow_cover_cuts.hpp) of the original rows; the cut pool (cut_pool.hpp) chooses
+/// among all families.
 #pragma once
 
 #include <disagmoe/milp/cover_cuts.hpp>
 #include <disagmoe/milp/cut_pool.hpp>
 #include <disagmoe/milp/debug_solution.hpp>
+#include <disagmoe/milp/flow_cover_cuts.hpp>
 #include <disagmoe/milp/mir_cuts.hpp>
 #include <disagmoe/milp/problem.hpp>
 #include <disagmoe/milp/dual_simplex.hpp>
+#include <disagmoe/milp/result.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -27,9 +30,10 @@ namespace disagmoe::milp::detail {
 class GomoryCuts {
  public:
   /// `debug` (may be null): every cut is checked against it before it is added.
+  /// `flow_covers`: separate lifted flow covers too.
   GomoryCuts(const Problem& p, DualSimplex& lp, const std::vector<int>& ints,
-             const DebugSolution* debug = nullptr)
-      : p_(p), lp_(lp), n_(p.num_vars()), covers_(p), mirs_(p), dbg_(debug) {
+             const DebugSolution* debug = nullptr, bool flow_covers = true)
+      : p_(p), lp_(lp), n_(p.num_vars()), covers_(p), mirs_(p), flows_(p), flow_covers_(flow_covers), dbg_(debug) {
     is_int_.assign(n_, 0);
     for (int j : ints) is_int_[j] = 1;
     for (int i = 0; i < p.num_rows(); ++i) {
@@ -74,6 +78,9 @@ class GomoryCuts {
 
   int cuts_in_lp() const { return static_cast<int>(rows_.size()) - p_.num_rows(); }
 
+  /// Cuts added so far per family.
+  const CutCounts& counts() const { return counts_; }
+
   /// Every cut added so far, in order (also those dropped later as slack).
   const std::vector<LinearCut>& added_cuts() const { return added_; }
 
@@ -95,6 +102,8 @@ class GomoryCuts {
   }
 
  private:
+  enum Family : int { kGmi, kCover, kMir, kFlowCover };  // PoolCut::family
+
   struct Cut {  // sum terms >= rhs
     std::vector<std::pair<int, double>> terms;
     double rhs;
@@ -134,7 +143,8 @@ class GomoryCuts {
       lc.lo = cut.rhs;
       pool_.add(std::move(lc), false,
                 "GMI cut of round " + std::to_string(round_) + " from tableau row " + std::to_string(r) + " (basic " +
-                    p_.var_name(k) + " = " + DebugSolution::num(lp_.value(k)) + ")");
+                    p_.var_name(k) + " = " + DebugSolution::num(lp_.value(k)) + ")",
+                kGmi);
     }
     std::vector<double> x(n_), lb(n_), ub(n_);
     for (int j = 0; j < n_; ++j) x[j] = lp_.value(j), lb[j] = lp_.col_lb(j), ub[j] = lp_.col_ub(j);
@@ -142,15 +152,25 @@ class GomoryCuts {
     for (LinearCut& cut : covers_.separate(x, lb, ub)) {
       std::string origin = "extended cover cut of round " + std::to_string(round_) + " from row " +
                            p_.row_name(cut.source_row) + (cut.source_side > 0 ? " (<= side)" : " (>= side)");
-      pool_.add(std::move(cut), true, std::move(origin));
+      pool_.add(std::move(cut), true, std::move(origin), kCover);
     }
     for (LinearCut& cut : mirs_.separate(x, lb, ub)) {
       std::string origin = "c-MIR cut of round " + std::to_string(round_) + " aggregated from row " +
                            p_.row_name(cut.source_row) + (cut.source_side > 0 ? " (<= side)" : " (>= side)");
-      pool_.add(std::move(cut), false, std::move(origin));
+      pool_.add(std::move(cut), false, std::move(origin), kMir);
+    }
+    if (flow_covers_) {
+      for (LinearCut& cut : flows_.separate(x, lb, ub)) {
+        std::string origin = "flow cover cut of round " + std::to_string(round_) + " from row " +
+                             p_.row_name(cut.source_row) + (cut.source_side > 0 ? " (<= side)" : " (>= side)");
+        pool_.add(std::move(cut), false, std::move(origin), kFlowCover);
+      }
     }
     std::vector<PoolCut> chosen = pool_.select(x, max_cuts + 10);
     for (PoolCut& pc : chosen) {
+      int& count = pc.family == kGmi ? counts_.gmi : pc.family == kCover ? counts_.cover
+                                   : pc.family == kMir ? counts_.mir : counts_.flow_cover;
+      ++count;
       const std::string& origin = pc.origin;
       add_cut(std::move(pc.cut.terms), pc.cut.lo, pc.cut.hi, pc.integral, [&] { return origin; });
     }
@@ -283,7 +303,10 @@ class GomoryCuts {
   std::vector<std::vector<std::pair<int, double>>> rows_;
   CoverSeparator covers_;
   MirSeparator mirs_;
+  FlowCoverSeparator flows_;
+  bool flow_covers_ = true;
   CutPool pool_;
+  CutCounts counts_;
   const DebugSolution* dbg_ = nullptr;
   int round_ = 0;
   std::vector<LinearCut> added_;

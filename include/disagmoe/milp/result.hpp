@@ -49,7 +49,12 @@ struct Options {
   /// (Problem::max_scaled_violation). Integers of a reported solution are exact.
   double feasibility_tol = 1e-6;
   bool presolve = true;         ///< presolve.hpp before branch and bound
-  int cut_rounds = 20;          ///< rounds of root Gomory mixed-integer cuts (0 = off)
+  int cut_rounds = 20;          ///< rounds of root cuts, all families (0 = off)
+  /// Lifted flow cover cuts (flow_cover_cuts.hpp) among the root cuts. Off by default:
+  /// on MIPLIB 3 they lowered the root bound after cuts on fiber, p0033, p0548 and vpm1
+  /// (the pool takes them in place of stronger cuts); on fixed-charge network design
+  /// they raise it (bench/RESULTS.md, MILP, session 10).
+  bool flow_cover_cuts = false;
   bool heuristics = true;       ///< rounding and diving primal heuristics
   bool verbose = false;         ///< progress lines on stderr
   /// Called with every improving solution (from the solving thread; keep it cheap).
@@ -84,11 +89,20 @@ struct PresolveStats {
   int singleton_rows = 0;   ///< rows of one column, turned into its bounds
   int redundant_rows = 0;   ///< rows no point within the bounds can violate
   int parallel_rows = 0;    ///< rows proportional to another, merged into it (duplicates, dominated sides)
+  int dominated_sides = 0;  ///< row sides implied by a row of the same columns, dropped (rows left without sides go)
   int cols_removed = 0;     ///< fixed and substituted columns
   int substituted_cols = 0; ///< implied free continuous singleton columns substituted out
   int bounds_tightened = 0; ///< column bounds changed (singleton rows, activities)
   int coefs_tightened = 0;  ///< coefficients of binaries reduced
   bool infeasible = false;  ///< a row or a column's bounds cannot be met
+};
+
+/// Root cuts that entered the LP, per family (reported by `--verbose` and in Result).
+struct CutCounts {
+  int gmi = 0;         ///< Gomory mixed-integer cuts from tableau rows
+  int cover = 0;       ///< extended knapsack covers
+  int mir = 0;         ///< complemented mixed-integer rounding cuts
+  int flow_cover = 0;  ///< lifted flow covers
 };
 
 /// Outcome of `solve`. `objective` is NaN and `solution` empty when no solution was
@@ -107,6 +121,7 @@ struct Result {
   PresolveStats presolve;  ///< what presolve removed (zero when off)
   /// Root LP bound before and after the cuts (problem's sense; NaN when not reached).
   double root_bound = std::nan(""), root_bound_cuts = std::nan("");
+  CutCounts cuts;  ///< root cuts added (also those later dropped as slack)
   bool has_solution() const { return !solution.empty(); }
 };
 
