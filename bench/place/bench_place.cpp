@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_place: quality and cost of expert placement + token shuffling.
 //
-//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
+//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--exact] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
 //
 // Quality: synthetic traces shaped like DeepSeek-V3 (256 experts, top-8), Qwen3-30B-A3B
 // (128, top-8), OLMoE (64, top-8) and the paper's top-2 case (128, top-2), at 8/16/32/64
@@ -15,8 +15,10 @@
 // at 1M tokens against the previous counting loop and a plain read of the ids.
 // Planted: correlated placement against the planted placement on dense and sparse kinds.
 // Replicas: max/mean load and rows with 0..2 redundant expert slots per GPU. Online:
-// refits and migrations on a stream whose coupling changes midway.
+// refits and migrations on a stream whose coupling changes midway. Exact: the exact DP's
+// CPU time on Mixtral-sized layers (8 experts) against the heuristic's, and their objectives.
 #include <disagmoe/placement/correlated.hpp>
+#include <disagmoe/placement/exact.hpp>
 #include <disagmoe/placement/metrics.hpp>
 #include <disagmoe/placement/online.hpp>
 #include <disagmoe/placement/replication.hpp>
@@ -460,9 +462,44 @@ void online_replacement(int layers) {
   }
 }
 
+// The exact DP on 8 experts per layer (Mixtral-8x7B's width, top-2) over `layers`
+// layers, 65536 fit tokens; peers in the same run: the correlated heuristic (4 starts)
+// and EPLB-style packing, by CPU time and objective.
+void exact_cost(int layers) {
+  std::printf("\n## Exact DP: 8 experts, top-2, %d layers, 65536 fit tokens\n\n", layers);
+  std::printf("| G | GPUs per node | maps per layer / orbits | exact CPU s | correlated CPU s | correlated / exact objective | load-balanced / exact |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+  SyntheticTraceSpec s;
+  s.layers = layers;
+  s.num_experts = 8;
+  s.top_k = 2;
+  s.group_size = 2;
+  s.group_prob = 0.5;
+  s.transition_prob = 0.6;
+  s.popularity_skew = 0.3;  // Mixtral's measured max/mean expert load is 1.11-1.30
+  const CouplingStats stats = CouplingStats::of(SyntheticTraceGenerator(s).generate(0, 65536));
+  const auto w = CouplingWeights::from(stats, 1.0);
+  for (const Topology topo : {Topology{2, 2}, Topology{4, 4}, Topology{4, 2}, Topology{8, 8}, Topology{8, 4}}) {
+    const double c0 = thread_cpu_s();
+    Placement exact;
+    try {
+      exact = exact_placement(w, topo, 1.0, 0.25);
+    } catch (const disagmoe::ConfigError& e) {
+      std::printf("| %d | %d | %.0f | rejected: %s | | | |\n", topo.gpus, topo.gpus_per_node, balanced_map_count(8, topo.gpus), e.what());
+      continue;
+    }
+    const double c1 = thread_cpu_s();
+    const auto corr = CorrelatedPlacement({.seed = 1, .threads = 1}).fit(w, topo);
+    const double c2 = thread_cpu_s();
+    const double fe = coupling_objective(w, exact, 1.0);
+    std::printf("| %d | %d | %.0f / %.0f | %.3f | %.3f | %.4f | %.4f |\n", topo.gpus, topo.gpus_per_node, balanced_map_count(8, topo.gpus),
+                balanced_map_orbits(8, topo), c1 - c0, c2 - c1, coupling_objective(w, corr, 1.0) / fe,
+                coupling_objective(w, load_balanced_placement(stats, topo), 1.0) / fe);
+  }
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
-  bool q = false, sc = false, sw = false, sh = false, st = false, pl = false, rp = false, on = false;
+  bool q = false, sc = false, sw = false, sh = false, st = false, pl = false, rp = false, on = false, ex = false;
   std::int64_t tokens = 16384, scale_tokens = 1 << 20;
   int layers = 8, scale_layers = 32;
   for (int i = 1; i < argc; ++i) {
@@ -476,16 +513,17 @@ int main(int argc, char** argv) {
     else if (a == "--planted") pl = true;
     else if (a == "--replicas") rp = true;
     else if (a == "--online") on = true;
+    else if (a == "--exact") ex = true;
     else if (a == "--tokens") tokens = next();
     else if (a == "--layers") layers = static_cast<int>(next());
     else if (a == "--scale-tokens") scale_tokens = next();
     else if (a == "--scale-layers") scale_layers = static_cast<int>(next());
     else {
-      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--exact] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
       return a == "--help" ? 0 : 2;
     }
   }
-  if (!q && !sc && !sw && !sh && !st && !pl && !rp && !on) q = sc = sw = sh = st = pl = rp = on = true;
+  if (!q && !sc && !sw && !sh && !st && !pl && !rp && !on && !ex) q = sc = sw = sh = st = pl = rp = on = ex = true;
   if (tokens < 1 || layers < 2 || scale_tokens < 1 || scale_layers < 2) {
     std::fprintf(stderr, "bench_place: --tokens/--scale-tokens >= 1 and --layers/--scale-layers >= 2 expected\n");
     return 2;
@@ -497,6 +535,7 @@ int main(int argc, char** argv) {
   if (pl) planted_quality(tokens, layers);
   if (rp) replicas_load(tokens, layers);
   if (on) online_replacement(layers);
+  if (ex) exact_cost(32);
   if (sc) scale(scale_tokens, scale_layers);
   return 0;
 }
