@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_place: quality and cost of expert placement + token shuffling.
 //
-//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--exact] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
+//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--exact] [--multilevel] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
 //
 // Quality: synthetic traces shaped like DeepSeek-V3 (256 experts, top-8), Qwen3-30B-A3B
 // (128, top-8), OLMoE (64, top-8) and the paper's top-2 case (128, top-2), at 8/16/32/64
@@ -17,6 +17,7 @@
 // Replicas: max/mean load and rows with 0..2 redundant expert slots per GPU. Online:
 // refits and migrations on a stream whose coupling changes midway. Exact: the exact DP's
 // CPU time on Mixtral-sized layers (8 experts) against the heuristic's, and their objectives.
+// Multilevel: its CPU time and objective against the heuristic's at 256 experts, G = 8, 64.
 #include <disagmoe/placement/correlated.hpp>
 #include <disagmoe/placement/exact.hpp>
 #include <disagmoe/placement/metrics.hpp>
@@ -511,9 +512,28 @@ void exact_cost(int layers) {
   }
 }
 
+// Cost of the multilevel refinement at DeepSeek-V3's width (256 experts, top-8) against
+// the correlated heuristic in the same run: one thread each, CPU seconds and objective.
+void multilevel_cost(int layers) {
+  std::printf("\n## Multilevel vs correlated: 256 experts, top-8, %d layers, 16384 fit tokens, one thread\n\n", layers);
+  std::printf("| G | correlated CPU s | multilevel CPU s (with its starts) | multilevel / correlated objective |\n|---:|---:|---:|---:|\n");
+  SyntheticTraceSpec s{.layers = layers, .num_experts = 256, .top_k = 8, .popularity_skew = 0.5, .group_size = 8, .group_prob = 0.5,
+                       .transition_prob = 0.6, .seed = 2026};
+  const auto w = CouplingWeights::from(CouplingStats::of(SyntheticTraceGenerator(s).generate(0, 16384), 1), 1.0);
+  for (const int G : {8, 64}) {
+    const Topology topo{G, 8};
+    const double c0 = thread_cpu_s();
+    const auto corr = CorrelatedPlacement({.seed = 1, .threads = 1}).fit(w, topo);
+    const double c1 = thread_cpu_s();
+    const auto ml = MultilevelPlacement({.start = {.seed = 1, .threads = 1}}).fit(w, topo);
+    const double c2 = thread_cpu_s();
+    std::printf("| %d | %.2f | %.2f | %.4f |\n", G, c1 - c0, c2 - c1, coupling_objective(w, ml, 1.0) / coupling_objective(w, corr, 1.0));
+  }
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
-  bool q = false, sc = false, sw = false, sh = false, st = false, pl = false, rp = false, on = false, ex = false;
+  bool q = false, sc = false, sw = false, sh = false, st = false, pl = false, rp = false, on = false, ex = false, ml = false;
   std::int64_t tokens = 16384, scale_tokens = 1 << 20;
   int layers = 8, scale_layers = 32;
   for (int i = 1; i < argc; ++i) {
@@ -528,16 +548,17 @@ int main(int argc, char** argv) {
     else if (a == "--replicas") rp = true;
     else if (a == "--online") on = true;
     else if (a == "--exact") ex = true;
+    else if (a == "--multilevel") ml = true;
     else if (a == "--tokens") tokens = next();
     else if (a == "--layers") layers = static_cast<int>(next());
     else if (a == "--scale-tokens") scale_tokens = next();
     else if (a == "--scale-layers") scale_layers = static_cast<int>(next());
     else {
-      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--exact] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--exact] [--multilevel] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
       return a == "--help" ? 0 : 2;
     }
   }
-  if (!q && !sc && !sw && !sh && !st && !pl && !rp && !on && !ex) q = sc = sw = sh = st = pl = rp = on = ex = true;
+  if (!q && !sc && !sw && !sh && !st && !pl && !rp && !on && !ex && !ml) q = sc = sw = sh = st = pl = rp = on = ex = ml = true;
   if (tokens < 1 || layers < 2 || scale_tokens < 1 || scale_layers < 2) {
     std::fprintf(stderr, "bench_place: --tokens/--scale-tokens >= 1 and --layers/--scale-layers >= 2 expected\n");
     return 2;
@@ -550,6 +571,7 @@ int main(int argc, char** argv) {
   if (rp) replicas_load(tokens, layers);
   if (on) online_replacement(layers);
   if (ex) exact_cost(32);
+  if (ml) multilevel_cost(8);
   if (sc) scale(scale_tokens, scale_layers);
   return 0;
 }
