@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_place: quality and cost of expert placement + token shuffling.
 //
-//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
+//   bench_place [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--exact] [--multilevel] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]
 //
 // Quality: synthetic traces shaped like DeepSeek-V3 (256 experts, top-8), Qwen3-30B-A3B
 // (128, top-8), OLMoE (64, top-8) and the paper's top-2 case (128, top-2), at 8/16/32/64
@@ -13,11 +13,15 @@
 // Shuffle: per-micro-batch StepShuffle (fast assignment) against the auction on the same
 // micro-batches, tokens per CPU-second and objective ratio. Stats: coupling statistics
 // at 1M tokens against the previous counting loop and a plain read of the ids.
-// Planted: correlated placement against the planted placement on dense and sparse kinds.
+// Planted: correlated and multilevel placement against the planted placement on dense and sparse kinds.
 // Replicas: max/mean load and rows with 0..2 redundant expert slots per GPU. Online:
-// refits and migrations on a stream whose coupling changes midway.
+// refits and migrations on a stream whose coupling changes midway. Exact: the exact DP's
+// CPU time on Mixtral-sized layers (8 experts) against the heuristic's, and their objectives.
+// Multilevel: its CPU time and objective against the heuristic's at 256 experts, G = 8, 64.
 #include <disagmoe/placement/correlated.hpp>
+#include <disagmoe/placement/exact.hpp>
 #include <disagmoe/placement/metrics.hpp>
+#include <disagmoe/placement/multilevel.hpp>
 #include <disagmoe/placement/online.hpp>
 #include <disagmoe/placement/replication.hpp>
 #include <disagmoe/placement/step_shuffle.hpp>
@@ -298,9 +302,9 @@ void shuffle_speed(std::int64_t tokens, std::int64_t auction_tokens) {
 // contiguous and EPLB-style packing. The fit objective of each placement shows whether
 // a gap is the optimiser's (lower fit objective than planted) or not.
 void planted_quality(std::int64_t tokens, int layers) {
-  std::printf("\n## Planted traces: correlated placement vs the planted placement, 8 GPUs, fit %lld + eval %lld tokens, %d layers\n\n",
+  std::printf("\n## Planted traces: correlated and multilevel placement vs the planted placement, 8 GPUs, fit %lld + eval %lld tokens, %d layers\n\n",
               static_cast<long long>(tokens), static_cast<long long>(tokens), layers);
-  std::printf("| trace | method | rows removed | of planted's | fit objective / planted's | max/mean load (fit) |\n|---|---|---:|---:|---:|---:|\n");
+  std::printf("| trace | method | rows removed | of planted's | fit objective / planted's | max/mean load (fit) | fit CPU s |\n|---|---|---:|---:|---:|---:|---:|\n");
   struct Kind {
     const char* name;
     int experts, k;
@@ -318,18 +322,27 @@ void planted_quality(std::int64_t tokens, int layers) {
     const auto home = contiguous_homes(eval.tokens(), layers, 8, 4096);
     const auto planted = planted_placement(gen.planted(), topo);
     const double pr = evaluate_placement(eval, planted, home).rows_removed_fraction, po = coupling_objective(w, planted, 1.0);
-    auto row = [&](const char* name, const Placement& p) {
+    // Fits are timed in CPU seconds of the process (every thread of the starts).
+    auto row = [&](const char* name, auto&& fit_placement) {
+      const double c0 = cpu_s();
+      const Placement p = fit_placement();
+      const double fit_s = cpu_s() - c0;
       const double r = evaluate_placement(eval, p, home).rows_removed_fraction;
-      std::printf("| %s | %s | %.1f%% | %.1f%% | %.3f | %.2f |\n", kind.name, name, 100 * r, 100 * r / pr, coupling_objective(w, p, 1.0) / po,
-                  placement_load_ratio(w, p));
+      std::printf("| %s | %s | %.1f%% | %.1f%% | %.3f | %.2f | %.2f |\n", kind.name, name, 100 * r, 100 * r / pr, coupling_objective(w, p, 1.0) / po,
+                  placement_load_ratio(w, p), fit_s);
     };
-    row("planted", planted);
-    row("contiguous", contiguous_placement(layers, kind.experts, topo));
-    row("load-balanced (EPLB)", load_balanced_placement(fs, topo));
-    row("correlated (tolerance 0.25)", CorrelatedPlacement({.seed = 1}).fit(fs, topo));
+    row("planted", [&] { return planted; });
+    row("contiguous", [&] { return contiguous_placement(layers, kind.experts, topo); });
+    row("load-balanced (EPLB)", [&] { return load_balanced_placement(fs, topo); });
+    row("correlated (tolerance 0.25)", [&] { return CorrelatedPlacement({.seed = 1}).fit(fs, topo); });
+    row("multilevel (tolerance 0.25)", [&] { return MultilevelPlacement({.start = {.seed = 1}}).fit(fs, topo); });
+    // The refinement alone: V-cycles from a random placement instead of the correlated start.
+    row("multilevel from random (tolerance 0.25)",
+        [&] { return MultilevelPlacement({.start = {.seed = 1}}).refine(w, random_placement(layers, kind.experts, topo, 1)); });
     CorrelatedPlacementOptions loose{.seed = 1};
     loose.load_tolerance = 1e9;
-    row("correlated (no load limit)", CorrelatedPlacement(loose).fit(fs, topo));
+    row("correlated (no load limit)", [&] { return CorrelatedPlacement(loose).fit(fs, topo); });
+    row("multilevel (no load limit)", [&] { return MultilevelPlacement({.start = loose}).fit(fs, topo); });
   }
 }
 
@@ -460,9 +473,67 @@ void online_replacement(int layers) {
   }
 }
 
+// The exact DP on 8 experts per layer (Mixtral-8x7B's width, top-2) over `layers`
+// layers, 65536 fit tokens; peers in the same run: the correlated heuristic (4 starts)
+// (4 starts), the multilevel refinement of its result and EPLB-style packing, by CPU
+// time and objective.
+void exact_cost(int layers) {
+  std::printf("\n## Exact DP: 8 experts, top-2, %d layers, 65536 fit tokens\n\n", layers);
+  std::printf("| G | GPUs per node | maps per layer / orbits | exact CPU s | correlated CPU s | multilevel CPU s | correlated / exact objective | multilevel / exact | load-balanced / exact |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  SyntheticTraceSpec s;
+  s.layers = layers;
+  s.num_experts = 8;
+  s.top_k = 2;
+  s.group_size = 2;
+  s.group_prob = 0.5;
+  s.transition_prob = 0.6;
+  s.popularity_skew = 0.3;  // Mixtral's measured max/mean expert load is 1.11-1.30
+  const CouplingStats stats = CouplingStats::of(SyntheticTraceGenerator(s).generate(0, 65536));
+  const auto w = CouplingWeights::from(stats, 1.0);
+  for (const Topology topo : {Topology{2, 2}, Topology{4, 4}, Topology{4, 2}, Topology{8, 8}, Topology{8, 4}}) {
+    const double c0 = thread_cpu_s();
+    Placement exact;
+    try {
+      exact = exact_placement(w, topo, 1.0, 0.25);
+    } catch (const disagmoe::ConfigError& e) {
+      std::printf("| %d | %d | %.0f | rejected: %s | | | | | |\n", topo.gpus, topo.gpus_per_node, balanced_map_count(8, topo.gpus), e.what());
+      continue;
+    }
+    const double c1 = thread_cpu_s();
+    const auto corr = CorrelatedPlacement({.seed = 1, .threads = 1}).fit(w, topo);
+    const double c2 = thread_cpu_s();
+    const auto ml = MultilevelPlacement({.start = {.seed = 1, .threads = 1}}).fit(w, topo);  // includes its correlated start
+    const double c3 = thread_cpu_s();
+    const double fe = coupling_objective(w, exact, 1.0);
+    std::printf("| %d | %d | %.0f / %.0f | %.3f | %.3f | %.3f | %.4f | %.4f | %.4f |\n", topo.gpus, topo.gpus_per_node,
+                balanced_map_count(8, topo.gpus), balanced_map_orbits(8, topo), c1 - c0, c2 - c1, c3 - c2,
+                coupling_objective(w, corr, 1.0) / fe, coupling_objective(w, ml, 1.0) / fe,
+                coupling_objective(w, load_balanced_placement(stats, topo), 1.0) / fe);
+  }
+}
+
+// Cost of the multilevel refinement at DeepSeek-V3's width (256 experts, top-8) against
+// the correlated heuristic in the same run: one thread each, CPU seconds and objective.
+void multilevel_cost(int layers) {
+  std::printf("\n## Multilevel vs correlated: 256 experts, top-8, %d layers, 16384 fit tokens, one thread\n\n", layers);
+  std::printf("| G | correlated CPU s | multilevel CPU s (with its starts) | multilevel / correlated objective |\n|---:|---:|---:|---:|\n");
+  SyntheticTraceSpec s{.layers = layers, .num_experts = 256, .top_k = 8, .popularity_skew = 0.5, .group_size = 8, .group_prob = 0.5,
+                       .transition_prob = 0.6, .seed = 2026};
+  const auto w = CouplingWeights::from(CouplingStats::of(SyntheticTraceGenerator(s).generate(0, 16384), 1), 1.0);
+  for (const int G : {8, 64}) {
+    const Topology topo{G, 8};
+    const double c0 = thread_cpu_s();
+    const auto corr = CorrelatedPlacement({.seed = 1, .threads = 1}).fit(w, topo);
+    const double c1 = thread_cpu_s();
+    const auto ml = MultilevelPlacement({.start = {.seed = 1, .threads = 1}}).fit(w, topo);
+    const double c2 = thread_cpu_s();
+    std::printf("| %d | %.2f | %.2f | %.4f |\n", G, c1 - c0, c2 - c1, coupling_objective(w, ml, 1.0) / coupling_objective(w, corr, 1.0));
+  }
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
-  bool q = false, sc = false, sw = false, sh = false, st = false, pl = false, rp = false, on = false;
+  bool q = false, sc = false, sw = false, sh = false, st = false, pl = false, rp = false, on = false, ex = false, ml = false;
   std::int64_t tokens = 16384, scale_tokens = 1 << 20;
   int layers = 8, scale_layers = 32;
   for (int i = 1; i < argc; ++i) {
@@ -476,16 +547,18 @@ int main(int argc, char** argv) {
     else if (a == "--planted") pl = true;
     else if (a == "--replicas") rp = true;
     else if (a == "--online") on = true;
+    else if (a == "--exact") ex = true;
+    else if (a == "--multilevel") ml = true;
     else if (a == "--tokens") tokens = next();
     else if (a == "--layers") layers = static_cast<int>(next());
     else if (a == "--scale-tokens") scale_tokens = next();
     else if (a == "--scale-layers") scale_layers = static_cast<int>(next());
     else {
-      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--exact] [--multilevel] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
       return a == "--help" ? 0 : 2;
     }
   }
-  if (!q && !sc && !sw && !sh && !st && !pl && !rp && !on) q = sc = sw = sh = st = pl = rp = on = true;
+  if (!q && !sc && !sw && !sh && !st && !pl && !rp && !on && !ex && !ml) q = sc = sw = sh = st = pl = rp = on = ex = ml = true;
   if (tokens < 1 || layers < 2 || scale_tokens < 1 || scale_layers < 2) {
     std::fprintf(stderr, "bench_place: --tokens/--scale-tokens >= 1 and --layers/--scale-layers >= 2 expected\n");
     return 2;
@@ -497,6 +570,8 @@ int main(int argc, char** argv) {
   if (pl) planted_quality(tokens, layers);
   if (rp) replicas_load(tokens, layers);
   if (on) online_replacement(layers);
+  if (ex) exact_cost(32);
+  if (ml) multilevel_cost(8);
   if (sc) scale(scale_tokens, scale_layers);
   return 0;
 }

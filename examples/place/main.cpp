@@ -3,13 +3,14 @@
 // trace, evaluate it on another, and report the send-once dispatch savings.
 //
 //   disagmoe-place --fit FIT.npy [--eval EVAL.npy] --experts E --gpus G [--gpus-per-node K]
-//                  [--method correlated|contiguous|random|load-balanced|exact] [--shuffle]
+//                  [--method correlated|multilevel|contiguous|random|load-balanced|exact] [--shuffle]
 //                  [--shuffle-method fast|auction]
 //                  [--json] [--out FILE]
 //   disagmoe-place --generate OUT.npy --experts E --top-k K --layers L --tokens T [...]
 #include <disagmoe/placement/correlated.hpp>
 #include <disagmoe/placement/exact.hpp>
 #include <disagmoe/placement/metrics.hpp>
+#include <disagmoe/placement/multilevel.hpp>
 #include <disagmoe/placement/milp_placement.hpp>
 #include <disagmoe/placement/token_shuffle.hpp>
 
@@ -51,12 +52,13 @@ CouplingStats stream_stats(const std::string& path, int experts) {
 }
 
 Placement fit_placement(Args& a, const CouplingStats& stats, Topology topo) {
-  if (a.method == "correlated") {
+  if (a.method == "correlated" || a.method == "multilevel") {
     CorrelatedPlacementOptions o;
     o.weights = {a.cross_layer, a.node_weight};
     o.load_tolerance = a.load_tolerance;
     o.starts = a.starts;
     o.seed = a.seed;
+    if (a.method == "multilevel") return MultilevelPlacement({.start = o}).fit(stats, topo);
     return CorrelatedPlacement(o).fit(stats, topo);
   }
   if (a.method == "contiguous") return contiguous_placement(stats.layers(), stats.num_experts(), topo);
@@ -179,7 +181,7 @@ int main(int argc, char** argv) {
   app.add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (default 8 if it divides --gpus, else --gpus)")
       ->check(CLI::Range(1, 65536));
   app.add_option("--method", a.method, "placement method")
-      ->check(CLI::IsMember({"correlated", "contiguous", "random", "load-balanced", "exact"}));
+      ->check(CLI::IsMember({"correlated", "multilevel", "contiguous", "random", "load-balanced", "exact"}));
   app.add_option("--exact-solver", a.exact_solver, "--method exact: milp (branch and bound) or dp (enumeration)")
       ->check(CLI::IsMember({"milp", "dp"}));
   app.add_option("--time-limit", a.time_limit, "--method exact with milp: seconds before the best placement so far is kept");
@@ -191,10 +193,10 @@ int main(int argc, char** argv) {
   app.add_option("--out", a.out, "write the JSON plus `home` ([layer][token] -> GPU on the eval trace) to FILE")
       ->check(kPath);
   app.add_option("--seed", a.seed, "seed of the heuristic, the random baseline and --generate");
-  app.add_option("--load-tolerance", a.load_tolerance, "max GPU token load over mean minus 1 (correlated, exact)");
+  app.add_option("--load-tolerance", a.load_tolerance, "max GPU token load over mean minus 1 (correlated, multilevel, exact)");
   app.add_option("--cross-layer", a.cross_layer, "weight of cross-layer alignment vs co-selection");
   app.add_option("--node-weight", a.node_weight, "weight of keeping co-selected experts on one node");
-  app.add_option("--starts", a.starts, "starts of the correlated heuristic")->check(CLI::Range(1, 1024));
+  app.add_option("--starts", a.starts, "starts of the correlated heuristic (also the multilevel start)")->check(CLI::Range(1, 1024));
   app.add_option("--batch-tokens", a.batch_tokens, "tokens sharded together per micro-batch (0: the whole trace)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--generate", a.generate, "write a synthetic trace to this .npy file instead of fitting")
@@ -224,12 +226,12 @@ int main(int argc, char** argv) {
       dz::cli::expect_applies(app, o, gen, "given only with --generate");
     dz::cli::expect_applies(app, "--shuffle-method", a.shuffle, "given only with --shuffle");
     // Options of one placement method are errors with the others.
-    const bool exact = a.method == "exact", correlated = a.method == "correlated";
+    const bool exact = a.method == "exact", correlated = a.method == "correlated" || a.method == "multilevel";
     for (const char* o : {"--exact-solver", "--time-limit"})
       dz::cli::expect_applies(app, o, exact, "given only with --method exact");
-    dz::cli::expect_applies(app, "--starts", correlated, "given only with --method correlated");
+    dz::cli::expect_applies(app, "--starts", correlated, "given only with --method correlated or multilevel");
     for (const char* o : {"--load-tolerance", "--cross-layer", "--node-weight"})
-      dz::cli::expect_applies(app, o, exact || correlated, "given only with --method correlated or exact");
+      dz::cli::expect_applies(app, o, exact || correlated, "given only with --method correlated, multilevel or exact");
     if (!gen) dz::expect(a.gpus >= 1, "--gpus", a.gpus, "a GPU count >= 1 (required with --fit)");
     dz::expect_finite_in("--time-limit", a.time_limit, 1e-6, 1e9);
     dz::expect_finite_in("--load-tolerance", a.load_tolerance, 0, 1e6);

@@ -13,6 +13,7 @@
 #include <disagmoe/placement/exact.hpp>
 #include <disagmoe/placement/fast_assignment.hpp>
 #include <disagmoe/placement/metrics.hpp>
+#include <disagmoe/placement/multilevel.hpp>
 #include <disagmoe/placement/npy.hpp>
 #include <disagmoe/placement/objective.hpp>
 #include <disagmoe/placement/online.hpp>
