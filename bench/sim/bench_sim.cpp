@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
         ds::PolicyKnobs k;
         k.chunks = v.chunks;
         k.af_uses_sms = !rdma_m2n;
-        // Baselines at their best pipeline depth up to --max-stages (EP = 128 / stages).
+        // Baselines at each depth up to --max-stages, each at its best EP degree.
         for (int st : {1, 2, 4, 8, 16}) {
           if (v.schedule != "afpipe" && st > max_stages) break;
           try {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file schedules.hpp
 /// Every shipped policy by name, plus the two searches a user needs before comparing
-/// schedules on a real model: the best pipeline depth for a colocated baseline and the
+/// schedules on a real model: the best deployment (depth × EP degree) for a colocated baseline and the
 /// best A/F split for AF-Pipe, both judged by the simulator (the "simple default"
 /// until the planner's allocator drives AF-Pipe; `simulated_step_seconds` is the
 /// simulator-backed step-time oracle the planner can call).
