@@ -35,7 +35,10 @@ inline CommUses comm_uses(const Schedule& s, const Op& op) {
   const Worker& a = s.workers[static_cast<std::size_t>(op.worker)];
   const Worker& b = s.workers[static_cast<std::size_t>(op.peer)];
   double nic = 0, nvl = 0;
-  if (op.worker == op.peer) {
+  if (op.worker == op.peer && op.kind == OpKind::kAllToAll && a.a2a_nic_share >= 0) {
+    nic = op.bytes * a.a2a_nic_share;
+    nvl = op.bytes * a.a2a_nvlink_share;
+  } else if (op.worker == op.peer) {
     // Uniform destinations over the group: own GPU stays, same-node peers use NVLink.
     nic = op.bytes * (a.gpus - a.gpus_per_node()) / a.gpus;
     nvl = op.bytes * (a.gpus_per_node() - 1) / a.gpus;

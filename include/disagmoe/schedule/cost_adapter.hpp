@@ -54,11 +54,59 @@ inline Network network_of(const ClusterSpec& c) {
   return n;
 }
 
-/// Colocated expert parallelism: `stages` pipeline stages, each a worker of
-/// gpus / stages GPUs running attention data-parallel and experts expert-parallel.
+/// Colocated expert parallelism with Megatron-Core's parallel folding (Liu et al. 2025,
+/// "MoE Parallel Folding", arXiv 2504.14960): `stages` pipeline stages, each a worker of
+/// D = gpus / stages GPUs that run attention data-parallel over all D and the experts
+/// as D / ep expert-parallel groups of `ep` consecutive GPUs (expert data parallelism
+/// EDP = D / ep). Optimizer states are sharded over each parameter's data-parallel group
+/// when CostOptions::memory.zero1 is set (the distributed optimizer).
 struct ColocatedLayout {
   int stages = 4;
+  /// Expert-parallel degree; it divides D and the experts. 0: min(D, experts), the
+  /// expert parallelism tied to pipeline depth.
+  int ep = 0;
+  /// DeepEP's internode dispatch: a token crosses the NIC once per destination node
+  /// (to the GPU of its own local rank there) and is forwarded over NVLink to the GPUs
+  /// of its experts; false: once per destination GPU. Needs CostOptions::dedup.
+  bool node_dedup = false;
 };
+
+/// Rows (hidden-size vectors) per token of one all-to-all over an expert-parallel group
+/// of `ep` GPUs placed `per_node` to a node (consecutive ranks), experts spread evenly
+/// (ep divides them), routing uniform over k-subsets. Without `dedup`: one row per
+/// chosen expert. With it, one per distinct destination GPU (DeepEP's intranode
+/// dispatch); `node_dedup` in addition sends one row per distinct remote node over the
+/// NIC, which the receiving GPU forwards over NVLink to the other GPUs hit on its node.
+struct AllToAllRows {
+  double rows = 0;         ///< rows per token (own GPU included): the op's bytes
+  double nic_rows = 0;     ///< of them, rows leaving each GPU's node over the NIC
+  double nvlink_rows = 0;  ///< rows each GPU sends over NVLink (same-node destinations + forwarding)
+};
+
+/// AllToAllRows of `m` (see there). With G = ep, q = per_node GPUs per node, n = G / q
+/// nodes, a GPU is hit with probability h = rows/G and a node with probability h_n:
+/// per GPU, the NIC carries (G − q)·h rows, or (n − 1)·h_n with node dedup, and NVLink
+/// (q − 1)·h, or n·(q − 1)·h with node dedup (each GPU also relays, on average, as many
+/// rows as its own tokens make others relay). ConfigError unless ep divides the experts
+/// and per_node divides ep. O(top_k).
+inline AllToAllRows all_to_all_rows(const ModelSpec& m, int ep, int per_node, bool dedup, bool node_dedup) {
+  expect(ep >= 1 && m.experts % ep == 0, "ep", ep,
+         "a positive divisor of the experts (" + std::to_string(m.experts) + ")");
+  expect(per_node >= 1 && ep % per_node == 0, "gpus_per_node", per_node,
+         "a positive divisor of the expert-parallel degree (" + std::to_string(ep) + ")");
+  const int n = ep / per_node;
+  AllToAllRows r;
+  r.rows = dedup ? plan::expected_distinct_gpus(m.experts, m.top_k, ep) : double(m.top_k);
+  const double h = r.rows / ep;
+  if (dedup && node_dedup) {
+    r.nic_rows = (n - 1) * plan::expected_distinct_gpus(m.experts, m.top_k, n) / n;
+    r.nvlink_rows = n * (per_node - 1) * h;
+  } else {
+    r.nic_rows = (ep - per_node) * h;
+    r.nvlink_rows = (per_node - 1) * h;
+  }
+  return r;
+}
 
 /// Disaggregated layout (plan::Allocation's fields): every node gives
 /// `attention_gpus_per_node` GPUs and `attention_nics_per_node` NICs to A workers and
@@ -150,13 +198,16 @@ inline double model_flops_per_sequence_batch(const ModelSpec& m) {
 
 }  // namespace detail
 
-/// The Problem of colocated EP on `c`: stage s = worker s with G = gpus/stages GPUs;
+/// The Problem of colocated EP on `c`: stage s = worker s with D = gpus/stages GPUs;
 /// per GPU and micro-batch (micro_batch × seq_len tokens): attention (+ router, + dense
 /// FFN on dense layers) at efficiency.attention, experts (+ shared) at efficiency.ffn,
-/// all-to-all of dispatch_bytes per GPU split by the simulator into NVLink and NIC
-/// parts, DP all-reduce of replicated weights (ring bytes). Micro-batches per step:
-/// ⌊global_batch / (micro_batch × G)⌋. Throws ConfigError for a layout that does not
-/// divide the cluster. O(layers).
+/// an all-to-all of dispatch_bytes per GPU over the expert-parallel group of ep GPUs
+/// (all_to_all_rows: its NIC and NVLink loads), DP all-reduce (ring bytes) of the
+/// attention and shared weights over D and of the routed experts over EDP = D / ep.
+/// State per GPU: E / ep routed experts, the rest replicated; ZeRO-1 shards each
+/// optimizer state over its data-parallel group. Micro-batches per step:
+/// ⌊global_batch / (micro_batch × D)⌋. Throws ConfigError for a layout that does not
+/// divide the cluster or an ep that does not divide D and the experts. O(layers).
 inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, ColocatedLayout lay,
                                  const CostOptions& o = {}) {
   validate(m);
@@ -165,20 +216,29 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
   expect(lay.stages >= 1 && c.gpus() % lay.stages == 0, "stages", lay.stages,
          "a positive divisor of the cluster's GPUs (" + std::to_string(c.gpus()) + ")");
   const int g = c.gpus() / lay.stages;
+  const int ep = lay.ep > 0 ? lay.ep : std::gcd(g, m.experts);
+  expect(g % ep == 0 && m.experts % ep == 0, "ep", lay.ep,
+         "a divisor of both the GPUs per stage (" + std::to_string(g) + ") and the experts (" +
+             std::to_string(m.experts) + ")");
+  const int per_node = std::min(g, c.gpus_per_node);
+  const AllToAllRows rows = all_to_all_rows(m, ep, std::gcd(ep, per_node), o.dedup, lay.node_dedup);
   Problem p;
   for (int s = 0; s < lay.stages; ++s) {
-    const int per_node = std::min(g, c.gpus_per_node);
     Worker w = detail::place_group(c, s, g, per_node, c.nics_per_node * per_node / c.gpus_per_node,
                                    o.efficiency.network);
     w.first_node = s * g / c.gpus_per_node;
     w.name = "S" + std::to_string(s);
     w.role = Role::kColocated;
+    w.a2a_nic_share = rows.nic_rows / rows.rows;
+    w.a2a_nvlink_share = rows.nvlink_rows / rows.rows;
     p.workers.push_back(w);
   }
   p.network = network_of(c);
   p.micro_batches = detail::derive_micro_batches(m, o, g, "GPUs per stage");
-  const plan::DispatchOptions d{g, o.dedup, 0};
+  const plan::DispatchOptions d{ep, o.dedup, 0};
   const double eb = bytes_of(m.dtype), t = double(m.tokens_per_micro_batch());
+  const double gb = o.memory.grad_bytes > 0 ? o.memory.grad_bytes : eb;
+  const int edp = g / ep;
   for (int l = 0; l < m.layers; ++l) {
     const plan::LayerCost lc = plan::layer_cost(m, l, d);
     LayerCost x;
@@ -192,32 +252,19 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
     x.expert_bwd = detail::flops_seconds(f.backward_input, c, m.dtype, o.efficiency.ffn);
     x.expert_wgrad = detail::flops_seconds(f.backward_weight, c, m.dtype, o.efficiency.ffn);
     detail::add_recompute(x, o);
-    x.dispatch_bytes = lc.moe ? lc.dispatch_bytes : 0;
+    x.dispatch_bytes = lc.moe ? lc.dispatch_bytes : 0;  // t × rows.rows rows
     x.combine_bytes = lc.moe ? lc.return_bytes : 0;
     x.hidden_bytes = t * m.hidden * eb;
-    const double gb = o.memory.grad_bytes > 0 ? o.memory.grad_bytes : eb;
     x.attn_grad_bytes = plan::attention_grad_all_reduce_bytes(m, l, g, o.memory.grad_bytes);
-    // Replicated FFN weights: shared experts on every GPU of the stage; routed experts
-    // only when the stage has more GPUs than experts (each expert on G/E GPUs).
-    if (lc.moe) {
-      const double shared = double(m.shared_experts) * double(gated_ffn_params(m, m.shared_expert_ffn));
-      x.expert_grad_bytes = plan::ring_all_reduce_bytes(shared * gb, g);
-      if (g > m.experts)
-        x.expert_grad_bytes += plan::ring_all_reduce_bytes(double(expert_params(m)) * gb, g / m.experts);
-    } else {
-      x.attn_grad_bytes += plan::ring_all_reduce_bytes(double(plan::ffn_side_params(m, l)) * gb, g);
-    }
-    {
-      const plan::MemoryBytes as = plan::state_bytes(m, double(plan::attention_side_params(m, l)), g, o.memory);
-      double ffn = double(plan::ffn_side_params(m, l));
-      if (lc.moe) {  // routed experts are sharded over min(G, E) GPUs, shared ones replicated
-        const double routed = double(m.experts) * double(expert_params(m));
-        ffn = ffn - routed + routed / std::min(g, m.experts);
-      }
-      const plan::MemoryBytes fs = plan::state_bytes(m, ffn, g, o.memory);
-      x.attn_state_bytes = as.parameters + as.gradients + as.optimizer;
-      x.expert_state_bytes = fs.parameters + fs.gradients + fs.optimizer;
-    }
+    const double routed = lc.moe ? double(m.experts) * double(expert_params(m)) : 0;
+    const double replicated = double(plan::ffn_side_params(m, l)) - routed;  // shared experts or dense FFN
+    (lc.moe ? x.expert_grad_bytes : x.attn_grad_bytes) += plan::ring_all_reduce_bytes(replicated * gb, g);
+    x.expert_grad_bytes += plan::ring_all_reduce_bytes(routed / ep * gb, edp);
+    const plan::MemoryBytes as = plan::state_bytes(m, double(plan::attention_side_params(m, l)), g, o.memory);
+    const plan::MemoryBytes rs = plan::state_bytes(m, routed / ep, edp, o.memory);
+    const plan::MemoryBytes fs = plan::state_bytes(m, replicated, g, o.memory);
+    x.attn_state_bytes = as.parameters + as.gradients + as.optimizer;
+    x.expert_state_bytes = rs.parameters + rs.gradients + rs.optimizer + fs.parameters + fs.gradients + fs.optimizer;
     x.attn_activation_bytes = plan::attention_activation_bytes(m, l, o.memory) +
                               (lc.moe ? 0 : plan::ffn_activation_bytes(m, l, o.memory, d));
     x.expert_activation_bytes = lc.moe ? plan::ffn_activation_bytes(m, l, o.memory, d) : 0;

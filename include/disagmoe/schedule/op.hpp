@@ -105,6 +105,14 @@ struct Worker {
   /// false: each comm op starts as soon as its dependencies are done and concurrent ones
   /// share bandwidth (a message engine such as an RDMA M2N channel, StepMesh/MegaScale-Infer).
   bool in_order_comm = true;
+  /// All-to-all link loads: bytes over this group's NIC and over its NVLink per byte of
+  /// an all-to-all op (op.bytes). Negative: destinations spread evenly over all `gpus`
+  /// of the group (the own GPU's share stays local). Set by the cost adapter when the
+  /// expert-parallel group is smaller than the worker, or when cross-node rows are
+  /// deduplicated per node and forwarded over NVLink (DeepEP); the NVLink share then
+  /// counts forwarded rows too, so the two may add up to more than 1.
+  double a2a_nic_share = -1;
+  double a2a_nvlink_share = -1;
 
   /// GPUs of this group on each of its nodes.
   [[nodiscard]] constexpr int gpus_per_node() const { return nodes > 0 ? gpus / nodes : 0; }
@@ -215,6 +223,8 @@ inline void validate(const Schedule& s, StreamSlots& slots) {
           "a positive divisor of gpus (" + std::to_string(k.gpus) + ")");
     check(k.nic_bandwidth >= 0 && k.nvlink_bandwidth >= 0, [&] { return f("nic_bandwidth"); }, k.nic_bandwidth,
           "non-negative bandwidths");
+    check(k.a2a_nic_share < 0 || k.a2a_nvlink_share >= 0, [&] { return f("a2a_nvlink_share"); },
+          k.a2a_nvlink_share, "a non-negative share when a2a_nic_share is set");
   }
   expect(s.network.host_cores >= 0, "Schedule.network.host_cores", s.network.host_cores,
          "a non-negative core count (0: unlimited)");

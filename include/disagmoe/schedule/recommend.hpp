@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file recommend.hpp
 /// Disaggregate or not: AF-Pipe on the planner's allocation against the best colocated
-/// schedule the simulator finds (each baseline at its best pipeline depth, on the same
+/// schedule the simulator finds (each baseline at its best deployment: pipeline depth and EP degree, on the same
 /// batch, costs and HBM), ranked by simulated step time, with the cause of the gap.
 ///
 /// Every worker's step splits into busy, exposed communication and waiting with no
@@ -110,11 +110,11 @@ inline Recommendation verdict(const RankedSchedule& win, const RankedSchedule& l
 }
 
 /// Ranks AF-Pipe on allocation `x` of `model` (simulate_plan) against each colocated
-/// schedule in `colocated` at its best pipeline depth (simulate_best, recomputation only
+/// schedule in `colocated` at its best deployment (simulate_best: depth × EP degree, recomputation only
 /// where activations do not fit), all under the plan's batch, costs and usable HBM, and
 /// recommends the better of AF-Pipe and the best colocated one. A schedule that cannot
 /// run the batch is left out; ConfigError when none can. Cost: one simulate_best per
-/// colocated schedule (≈ 10 simulations each) plus one.
+/// colocated schedule (≈ 30 deployments each on 128 GPUs) plus one.
 inline Recommendation recommend(const plan::AnalyticModel& model, const plan::Allocation& x,
                                 const std::vector<std::string>& colocated = {"1f1b", "interleaved", "a2a-overlap",
                                                                              "chunked", "dualpipe", "dualpipev"}) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file schedules.hpp
 /// Every shipped policy by name, plus the two searches a user needs before comparing
-/// schedules on a real model: the best pipeline depth for a colocated baseline and the
+/// schedules on a real model: the best deployment (depth × EP degree) for a colocated baseline and the
 /// best A/F split for AF-Pipe, both judged by the simulator (the "simple default"
 /// until the planner's allocator drives AF-Pipe; `simulated_step_seconds` is the
 /// simulator-backed step-time oracle the planner can call).
@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -117,8 +118,35 @@ inline std::string af_label(const AfLayout& l, int g, bool rc) {
 }
 }  // namespace detail
 
+/// The deployments the colocated search tries on `c` (Megatron-Core parallel folding):
+/// pipeline depths {1, 2, 4, 8, 16} dividing the GPUs and the layers (or exactly
+/// `stages` > 0), times every expert-parallel degree that divides both the GPUs per
+/// stage D and the experts (EDP = D / ep), all with DeepEP's per-node deduplication
+/// when `o.dedup` (it only moves NIC rows to NVLink). Data parallelism is D (no tensor
+/// parallelism), and ZeRO-1 is `o.memory.zero1`: it moves the all-reduce's ring bytes
+/// as reduce-scatter + all-gather, so it only saves memory (Rajbhandari et al. 2020
+/// §5.1) and is never worth turning off. O(depths × divisors).
+inline std::vector<ColocatedLayout> colocated_layouts(const ModelSpec& m, const ClusterSpec& c, const CostOptions& o,
+                                                      int stages = 0) {
+  std::vector<ColocatedLayout> out;
+  for (int p : stages > 0 ? std::vector<int>{stages} : std::vector<int>{1, 2, 4, 8, 16}) {
+    if (c.gpus() % p != 0 || p > m.layers) continue;
+    const int d = c.gpus() / p;
+    for (int ep = 1; ep <= d; ++ep)
+      if (d % ep == 0 && m.experts % ep == 0) out.push_back({p, ep, o.dedup});
+  }
+  return out;
+}
+
+/// "stages=2 ep=16 edp=4": a colocated deployment as simulate_best's labels show it.
+inline std::string colocated_label(const ModelSpec& m, const ClusterSpec& c, const ColocatedLayout& lay) {
+  const int d = c.gpus() / lay.stages;
+  const int ep = lay.ep > 0 ? lay.ep : std::gcd(d, m.experts);
+  return "stages=" + std::to_string(lay.stages) + " ep=" + std::to_string(ep) + " edp=" + std::to_string(d / ep);
+}
+
 /// Simulates `name` on `c` and returns the best layout found (fits memory first, then
-/// step time). Baselines: pipeline depths {1, 2, 4, 8, 16} (or exactly `stages` > 0).
+/// step time). Baselines: every deployment of colocated_layouts (depth × EP degree).
 /// AF-Pipe: exactly `af` when given, else a two-phase search: every A GPUs per node
 /// 1..gpus_per_node−1 (F gets the rest) and pair count 1..16 with proportional NICs and
 /// ping-pong group 2p, then around the three best and the best and fastest of each A/F
@@ -218,12 +246,10 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
       }
     }
   } else {
-    std::vector<int> cand = stages > 0 ? std::vector<int>{stages} : std::vector<int>{1, 2, 4, 8, 16};
-    for (int p : cand) {
-      if (stages > 0) colocated_problem(m, c, {p}, o);  // an explicit bad --stages is an error
-      consider(run([&](const CostOptions& oo) { return colocated_problem(m, c, {p}, oo); }, k,
-                   [&](bool rc) { return "stages=" + std::to_string(p) + (rc ? " rc" : ""); }));
-    }
+    if (stages > 0) colocated_problem(m, c, {stages}, o);  // an explicit bad --stages is an error
+    for (const ColocatedLayout& lay : colocated_layouts(m, c, o, stages))
+      consider(run([&](const CostOptions& oo) { return colocated_problem(m, c, lay, oo); }, k,
+                   [&](bool rc) { return colocated_label(m, c, lay) + (rc ? " rc" : ""); }));
   }
   expect(best.has_value(), "schedule", name,
          "a layout this schedule can run for this model, cluster and batch (try --micro-batches or --stages)");
