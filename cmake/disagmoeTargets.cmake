@@ -50,7 +50,8 @@ if(DISAGMOE_ENABLE_CUDA)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
   # CCCL (CUB, Thrust, libcu++) comes from the toolkit, never a copy of our own.
-  disagmoe_interface(cuda disagmoe_core CUDA::cudart $<TARGET_NAME_IF_EXISTS:CUDA::cccl>
+  # cuBLAS: the GEMMs of the GPU compute (backend/cuda/blas.hpp).
+  disagmoe_interface(cuda disagmoe_core CUDA::cudart CUDA::cublas $<TARGET_NAME_IF_EXISTS:CUDA::cccl>
                      DEFINE DISAGMOE_HAS_CUDA_)
   # CMake 3.25 does not turn cuda_std_20 into a flag for nvcc 13.
   target_compile_options(disagmoe_cuda INTERFACE

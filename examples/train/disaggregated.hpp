@@ -218,7 +218,8 @@ inline double max_rel_diff(const std::vector<double>& a, const std::vector<doubl
   return d / scale;
 }
 
-inline std::vector<double> flat_parameters(Colocated& tr) {
+template <class Trainer>  // any ColocatedTrainer (--device picks its experts)
+std::vector<double> flat_parameters(Trainer& tr) {
   std::vector<double> out;
   for (const auto* ps : {&tr.attention().parameters(), &tr.experts().parameters()})
     for (const auto& s : ps->slots()) out.insert(out.end(), s.value->data(), s.value->data() + s.value->size());

@@ -11,6 +11,7 @@
 //   disagmoe-train --schedule 1f1b --pairs 2 --attention-ranks 2 --net-bandwidth 1e9
 //   mpirun -np 4 disagmoe-train --schedule afpipe --transport mpi
 //   disagmoe-train --resume DIR --steps 0 --eval-text FILE
+//   disagmoe-train --device cuda --check-reference   (experts on the GPU; cuda preset)
 //
 // Copy it: the trainers are ColocatedTrainer<ReferenceAttention<float>, ReferenceExperts<float>>
 // and DisaggregatedTrainer<..., ..., Transport>; swap in your own `attention_compute` /
@@ -30,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/cli_main.hpp"
+#include "device.hpp"
 #include "disaggregated.hpp"
 #include "progress.hpp"
 
@@ -46,6 +48,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -54,7 +57,9 @@ namespace dm = disagmoe;
 namespace rt = disagmoe::runtime;
 namespace mo = disagmoe::model;
 using nlohmann::json;
-using Trainer = rt::ColocatedTrainer<mo::ReferenceAttention<float>, mo::ReferenceExperts<float>>;
+template <class Experts>
+using TrainerOf = rt::ColocatedTrainer<mo::ReferenceAttention<float>, Experts>;
+using Trainer = TrainerOf<mo::ReferenceExperts<float>>;
 using Clock = std::chrono::steady_clock;
 
 struct Args {
@@ -71,6 +76,7 @@ struct Args {
   double val_fraction = 0.1;
   int val_every = 100, val_windows = 256, sample = 0, save_every = 0;
   bool json_out = false, recompute = false;
+  std::string device = "cpu";
   disagmoe::train_cli::DisaggregatedArgs d;
 };
 
@@ -219,7 +225,8 @@ std::string printable(const std::string& bytes) {
 }
 
 // Samples `n` bytes after a context of the validation text, at temperature 0.8.
-std::string sample_text(Trainer& tr, const rt::ByteCorpus& corpus, int n, mo::Rng& rng) {
+template <class Tr>
+std::string sample_text(Tr& tr, const rt::ByteCorpus& corpus, int n, mo::Rng& rng) {
   const int s = tr.spec().seq_len;
   const auto val = corpus.validation_split().empty() ? corpus.train_split() : corpus.validation_split();
   std::vector<int> ctx(val.begin(), val.begin() + s);
@@ -241,7 +248,8 @@ std::string sample_text(Trainer& tr, const rt::ByteCorpus& corpus, int n, mo::Rn
   return out;
 }
 
-double batch_loss(Trainer& tr, const rt::Batch& b) {
+template <class Tr>
+double batch_loss(Tr& tr, const rt::Batch& b) {
   return b.sequences > 0 ? tr.evaluate({b.inputs, b.targets, b.sequences}) : std::nan("");
 }
 
@@ -274,6 +282,7 @@ void check_outputs(const Args& a) {
   }
 }
 
+template <class Experts>
 int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& topt, bool lead);
 
 int run(const Args& a) {
@@ -281,7 +290,10 @@ int run(const Args& a) {
   Eigen::setNbThreads(a.threads);  // effective in an OpenMP build (Eigen would take every core)
   const dm::ModelSpec spec = model_spec(a);
   const rt::TrainOptions topt = train_options(a);
-  dm::train_cli::check_disaggregated_args(a.d, spec, a.micro_batch, topt.micro_batches);
+  dm::train_cli::check_device(a.device, a.d.schedule);
+  auto d = a.d;
+  if (a.device == "cuda") d.check_reference = false;  // run_job compares with a host run itself
+  dm::train_cli::check_disaggregated_args(d, spec, a.micro_batch, topt.micro_batches);
   dm::expect(a.d.schedule == "colocated" || a.save_every == 0, "--save-every", a.save_every,
              "0 with --schedule " + a.d.schedule + " (the model is saved at the end)");
   bool lead = true;  // the rank that prints and writes files
@@ -296,7 +308,7 @@ int run(const Args& a) {
     // An error on one rank (a peer's TimeoutError included) ends the whole job after
     // this rank reported it: the others would otherwise wait in MPI_Finalize.
     try {
-      return run_job(a, spec, topt, lead);
+      return run_job<mo::ReferenceExperts<float>>(a, spec, topt, lead);
     } catch (...) {
       const int rc = dm::cli::report_exception("disagmoe-train");
       mpi_env->fail_job(rc);
@@ -304,10 +316,15 @@ int run(const Args& a) {
     }
   }
 #endif
-  return run_job(a, spec, topt, lead);
+#ifdef DISAGMOE_TRAIN_WITH_CUDA
+  if (a.device == "cuda") return run_job<dm::cuda::Experts>(a, spec, topt, lead);
+#endif
+  return run_job<mo::ReferenceExperts<float>>(a, spec, topt, lead);
 }
 
+template <class Experts>
 int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& topt, bool lead) {
+  constexpr bool on_host = std::is_same_v<Experts, mo::ReferenceExperts<float>>;
   check_outputs(a);
   check_memory(spec, a.micro_batch);
   mo::DecoderOptions dopt;
@@ -327,8 +344,8 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
   if (need_corpus) corpus_bytes = rt::read_corpus(a.corpus);
   const auto settings = run_settings(a, spec, fnv1a(corpus_bytes));
 
-  Trainer tr(mo::ReferenceAttention<float>(spec, dopt), mo::ReferenceExperts<float>(spec, dopt), spec, topt,
-             rt::StageOptions{a.seed, a.recompute});
+  TrainerOf<Experts> tr(mo::ReferenceAttention<float>(spec, dopt), Experts(spec, dopt), spec, topt,
+                        rt::StageOptions{a.seed, a.recompute});
   mo::Rng data_rng(mo::derive_seed(a.seed, 0xDA7A));
   if (!a.resume.empty()) {
     const rt::CheckpointState st = rt::load_checkpoint(a.resume, tr);
@@ -366,7 +383,7 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
   const std::int64_t first = tr.steps();
   const auto t0 = Clock::now();
   double secs = 0;
-  if (a.d.schedule != "colocated") {
+  if constexpr (on_host) if (a.d.schedule != "colocated") {  // workers: host compute only
     // The reference starts from the same state and sees the same batches.
     std::optional<Trainer> ref;
     mo::Rng ref_rng = data_rng;
@@ -439,10 +456,19 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
                 << dis["predicted_exposed_comm_seconds"].get<double>() << " s predicted\n" << std::defaultfloat;
     result["disaggregated"] = dis;
   }
+  // --device cuda --check-reference: the host run from the same state on the same batches.
+  std::optional<Trainer> host_ref;
+  std::vector<double> host_losses;
+  if (!on_host && a.d.check_reference && train) {
+    host_ref.emplace(mo::ReferenceAttention<float>(spec, dopt), mo::ReferenceExperts<float>(spec, dopt), spec, topt,
+                     rt::StageOptions{a.seed, a.recompute});
+    if (!a.resume.empty()) rt::load_checkpoint(a.resume, *host_ref);
+  }
   dm::cli::ProgressBar bar(a.steps);
   while (a.d.schedule == "colocated" && train && tr.steps() < a.steps) {
     const rt::Batch b = corpus->sample_train(a.batch, data_rng);
     const rt::StepStats st = tr.step({b.inputs, b.targets, b.sequences});
+    if (host_ref) host_losses.push_back(host_ref->step({b.inputs, b.targets, b.sequences}).loss);
     tokens += static_cast<std::int64_t>(b.inputs.size());
     if (std::isnan(initial)) initial = st.loss;
     final_loss = st.loss;
@@ -465,6 +491,17 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
       save(std::filesystem::path(a.save) / ("step_" + std::to_string(tr.steps())));
   }
   bar.clear();
+  if (host_ref) {
+    std::vector<double> losses;
+    for (const auto& p : curve) losses.push_back(p["loss"].get<double>());
+    const double dl = dm::train_cli::max_rel_diff(losses, host_losses);
+    const double dp = dm::train_cli::max_rel_diff(dm::train_cli::flat_parameters(tr), dm::train_cli::flat_parameters(*host_ref));
+    result["reference"] = {{"device", a.device}, {"max_rel_diff_loss", dl}, {"max_rel_diff_parameters", dp}};
+    if (!a.json_out)
+      std::cout << "reference check (" << a.device << " against the host run): max_rel_diff loss " << dl
+                << ", parameters " << dp << '\n';
+  }
+  result["device"] = a.device;
   result["steps"] = tr.steps();
   result["tokens"] = tokens;
   result["seconds"] = secs;
@@ -595,6 +632,10 @@ int main(int argc, char** argv) {
   dis->add_option("--placement-batches", a.d.placement_batches, "batches of routing --placement correlated fits")
       ->capture_default_str();
   dis->add_option("--trace", a.d.trace, "Chrome trace of the last step: measured and simulated side by side")->check(kPath);
+  app.add_option("--device", a.device,
+                 "cpu, or cuda: the experts on the GPU (a cuda-preset build; with --check-reference, also the host "
+                 "run on the same batches, reporting max_rel_diff of losses and parameters)")
+      ->capture_default_str();
   disagmoe::cli::add_max_memory(app);
   return disagmoe::cli::run_main(app, argc, argv, [&] {
     disagmoe::expect_in("--threads", a.threads, 1, 1024);

@@ -3,6 +3,7 @@
 // not), split, the unique-id file bootstrap, and a receive nobody sends turning into a
 // timeout and an abort instead of a hang. Host code; exit 77 without a device.
 #include <disagmoe/backend/cuda/memory.hpp>
+#include <disagmoe/backend/nccl/lanes.hpp>
 #include <disagmoe/backend/nccl/transport.hpp>
 
 #include <doctest/doctest.h>
@@ -111,6 +112,47 @@ TEST_CASE("the unique id travels through a file") {
   CHECK(std::memcmp(written.internal, read.internal, sizeof(written.internal)) == 0);
   std::filesystem::remove(path);
   CHECK_THROWS_AS(nccl::unique_id_from_file(path, 1, 50ms), TimeoutError);
+}
+
+/// Two channels' messages to itself (tags 0 and kTagsPerChannel, distinct bytes), the
+/// sends posted channel 0 first and the receives channel 1 first, in one group of `t`;
+/// returns what each receive got.
+template <class T>
+std::vector<std::vector<unsigned char>> crossed_self_exchange(T& t, std::size_t n) {
+  std::vector<unsigned char> pattern[2];
+  cuda::DeviceBuffer<std::byte> sbuf[2], rbuf[2];
+  for (int c = 0; c < 2; ++c) {
+    pattern[c].assign(n, static_cast<unsigned char>(0x10 + c));
+    sbuf[c].resize(n);
+    rbuf[c].resize(n);
+    DISAGMOE_CUDA_CHECK(cudaMemcpy(sbuf[c].data(), pattern[c].data(), n, cudaMemcpyHostToDevice));
+    DISAGMOE_CUDA_CHECK(cudaMemset(rbuf[c].data(), 0, n));
+  }
+  typename T::Request req[4];
+  {
+    comm::GroupGuard<T> g(t);
+    req[0] = t.isend(0, 0, std::span<const std::byte>(sbuf[0].data(), n));
+    req[1] = t.isend(0, comm::kTagsPerChannel, std::span<const std::byte>(sbuf[1].data(), n));
+    req[2] = t.irecv(0, comm::kTagsPerChannel, std::span<std::byte>(rbuf[1].data(), n));
+    req[3] = t.irecv(0, 0, std::span<std::byte>(rbuf[0].data(), n));
+  }
+  const auto deadline = comm::deadline_after(30s);
+  for (auto& r : req) CHECK(t.wait(r, deadline));
+  std::vector<std::vector<unsigned char>> got(2, std::vector<unsigned char>(n));
+  for (int c = 0; c < 2; ++c) DISAGMOE_CUDA_CHECK(cudaMemcpy(got[c].data(), rbuf[c].data(), n, cudaMemcpyDeviceToHost));
+  return got;
+}
+
+TEST_CASE("channels posted in different orders cross on one communicator and not on lanes") {
+  const std::size_t n = 4096;
+  auto t = one_rank();
+  const auto crossed = crossed_self_exchange(t, n);  // NCCL matched by issue order, not tag
+  CHECK(crossed[1] == std::vector<unsigned char>(n, 0x10));
+  CHECK(crossed[0] == std::vector<unsigned char>(n, 0x11));
+  nccl::LanedTransport<nccl::Transport> laned(one_rank(), 2);  // one group over two communicators
+  const auto got = crossed_self_exchange(laned, n);
+  CHECK(got[0] == std::vector<unsigned char>(n, 0x10));
+  CHECK(got[1] == std::vector<unsigned char>(n, 0x11));
 }
 
 // Last: it aborts a communicator with a kernel waiting on the device.

@@ -16,10 +16,16 @@
 /// What NCCL offers and how the concept maps onto it:
 ///  - Matching: NCCL has no tags. Operations between two ranks are matched in the order
 ///    each side issues them, per direction. The concept's (peer, tag) matching therefore
-///    holds when both sides post their messages to a peer in the same order, as
-///    M2NChannel does; `tag` only labels errors. `max_tag()` is INT_MAX.
+///    holds when both sides post their messages to a peer in the same order, as one
+///    M2NChannel does; `tag` only labels errors, and `max_tag()` is INT_MAX. Channels that
+///    share a group and are in flight at once need a communicator each (nccl/lanes.hpp).
 ///  - Groups: `group_begin` / `group_end` are ncclGroupStart / ncclGroupEnd; a post
-///    outside a group is a group of its own. NCCL runs the groups of a communicator in
+///    outside a group is a group of its own. NCCL's group depth is per thread and spans
+///    communicators: nested groups launch only at the thread's outermost ncclGroupEnd
+///    (NCCL docs, "Group Calls"), so a group bracketing several transports (the lanes of
+///    nccl/lanes.hpp, comm::DualRoleGroup) completes every transport's group there, and
+///    each records its completion event only then. A transport must not be moved or
+///    destroyed inside an open group. NCCL runs the groups of a communicator in
 ///    issue order on one stream: a group must not wait for a message its own rank sends
 ///    in a later group (post the receives of a reply in the group of the request, or
 ///    after it). MPI and the loopback transport have no such rule.
@@ -52,6 +58,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstddef>
@@ -168,25 +175,23 @@ class Transport {
   void group_begin() {
     usable("group_begin");
     DISAGMOE_NCCL_CHECK(ncclGroupStart());
-    ++s_->depth;
+    ThreadGroups& tg = thread_groups();
+    ++tg.depth;
+    if (s_->depth++ == 0) tg.open.push_back(s_.get());
   }
-  /// ncclGroupEnd; the outermost one launches the group and records its completion event.
+  /// ncclGroupEnd; the thread's outermost one launches the groups of every transport
+  /// opened since and records their completion events (see the file comment).
   void group_end() {
     usable("group_end");
     expect(s_->depth > 0, "nccl::Transport.group_end depth", s_->depth, "> 0 (a group_begin first)");
     const ncclResult_t r = ncclGroupEnd();
+    --s_->depth;
+    ThreadGroups& tg = thread_groups();
+    if (--tg.depth > 0 && r == ncclSuccess) return;  // nothing launched yet
+    std::vector<State*> opened;
+    if (tg.depth == 0) opened.swap(tg.open);
     if (r != ncclSuccess && r != ncclInProgress) check(r, "ncclGroupEnd", __FILE__, __LINE__);
-    if (--s_->depth > 0) return;
-    settle(s_->comm, "ncclGroupEnd");  // non-blocking: the group is enqueued once settled
-    Group& g = *s_->open;
-    const cudaStream_t st = s_->stream.get();
-    for (auto& h : g.host_recvs)  // after the group's kernel on the stream
-      DISAGMOE_CUDA_CHECK(cudaMemcpyAsync(h.pinned, h.device, h.bytes, cudaMemcpyDeviceToHost, st));
-    for (void* d : g.device_blocks) s_->device_staging.release(d, st);  // stream-ordered: after the group
-    g.device_blocks.clear();
-    s_->open->event = cuda::Event::record(s_->events, s_->stream.get());
-    s_->open->posted = true;
-    s_->open = std::make_shared<Group>();
+    for (State* st : opened) complete_group(*st);
   }
 
   /// True once `req` completed (consumed); throws NcclError naming its peer and tag on an
@@ -250,10 +255,7 @@ class Transport {
   /// Aborts the communicator now (ncclCommAbort): pending operations stop; every later
   /// call throws. Idempotent.
   void abort() noexcept {
-    if (s_ == nullptr || s_->aborted || s_->comm == nullptr) return;
-    s_->aborted = true;
-    (void)ncclCommAbort(s_->comm);
-    s_->comm = nullptr;
+    if (s_ != nullptr) abort(*s_);
   }
 
  private:
@@ -309,6 +311,13 @@ class Transport {
 
   explicit Transport(Options opts) : s_(std::make_unique<State>(std::move(opts))) {}
 
+  static void abort(State& s) noexcept {
+    if (s.aborted || s.comm == nullptr) return;
+    s.aborted = true;
+    (void)ncclCommAbort(s.comm);
+    s.comm = nullptr;
+  }
+
   ncclConfig_t config() const {
     ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
     c.blocking = 0;  // every call returns; we poll with deadlines
@@ -326,26 +335,52 @@ class Transport {
 
   /// Polls `c` (this transport's communicator) until it is not ncclInProgress; aborts and
   /// throws TimeoutError at the deadline, NcclError on an error.
-  void settle(ncclComm_t c, const char* call) {
-    const auto deadline = comm::deadline_after(s_->opts.timeout);
+  void settle(ncclComm_t c, const char* call) { settle(*s_, c, call); }
+  static void settle(State& s, ncclComm_t c, const char* call) {
+    const auto deadline = comm::deadline_after(s.opts.timeout);
     while (true) {
       ncclResult_t st = ncclSuccess;
       DISAGMOE_NCCL_CHECK(ncclCommGetAsyncError(c, &st));
       if (st == ncclSuccess) return;
       if (st != ncclInProgress) {
         const std::string detail = ncclGetLastError(c);
-        abort();
-        fail<NcclError>(std::string("nccl::Transport '") + s_->opts.name + "' " + call, ncclGetErrorString(st),
+        abort(s);
+        fail<NcclError>(std::string("nccl::Transport '") + s.opts.name + "' " + call, ncclGetErrorString(st),
                         "ncclSuccess (" + detail + ")");
       }
       if (comm::Clock::now() > deadline) {
-        abort();
-        fail<TimeoutError>(std::string("nccl::Transport '") + s_->opts.name + "' " + call,
-                           "in progress after " + std::to_string(s_->opts.timeout.count()) + " ms",
+        abort(s);
+        fail<TimeoutError>(std::string("nccl::Transport '") + s.opts.name + "' " + call,
+                           "in progress after " + std::to_string(s.opts.timeout.count()) + " ms",
                            "every rank to take part (is a peer stopped or lost?)");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
+  }
+
+  /// This thread's NCCL group depth and the transports with a group open in it.
+  struct ThreadGroups {
+    int depth = 0;
+    std::vector<State*> open;
+  };
+  static ThreadGroups& thread_groups() {
+    thread_local ThreadGroups g;
+    return g;
+  }
+
+  /// After the outermost ncclGroupEnd: once `s`'s group is enqueued, queues the copies of
+  /// its host receives, releases its staging and records its completion event.
+  static void complete_group(State& s) {
+    settle(s, s.comm, "ncclGroupEnd");  // non-blocking: the group is enqueued once settled
+    Group& g = *s.open;
+    const cudaStream_t st = s.stream.get();
+    for (auto& h : g.host_recvs)  // after the group's kernel on the stream
+      DISAGMOE_CUDA_CHECK(cudaMemcpyAsync(h.pinned, h.device, h.bytes, cudaMemcpyDeviceToHost, st));
+    for (void* d : g.device_blocks) s.device_staging.release(d, st);  // stream-ordered: after the group
+    g.device_blocks.clear();
+    g.event = cuda::Event::record(s.events, st);
+    g.posted = true;
+    s.open = std::make_shared<Group>();
   }
 
   Request post(bool send, int peer, int tag, const std::byte* data, std::size_t bytes) {
@@ -358,9 +393,12 @@ class Transport {
     const ncclResult_t r = send ? ncclSend(buf, bytes, ncclUint8, peer, s_->comm, s_->stream.get())
                                 : ncclRecv(const_cast<void*>(buf), bytes, ncclUint8, peer, s_->comm, s_->stream.get());
     if (r != ncclSuccess && r != ncclInProgress) {
-      if (implicit) {
+      if (implicit) {  // unwind the group of this post alone
         (void)ncclGroupEnd();
         --s_->depth;
+        ThreadGroups& tg = thread_groups();
+        --tg.depth;
+        std::erase(tg.open, s_.get());
       }
       check(r, send ? "ncclSend" : "ncclRecv", __FILE__, __LINE__);
     }
