@@ -98,7 +98,7 @@ double colocated_step(const dm::ModelSpec& spec, const rt::TrainOptions& t, cons
 
 struct Result {
   double step = 0, schedule = 0, exposed = 0, predicted_step = 0, predicted_exposed = 0, bottleneck = 0,
-         predicted_bottleneck = 0;
+         predicted_bottleneck = 0, comm_cpu = 0;
 };
 
 /// Median measured and predicted figures of a run under `opt` on loopback workers over
@@ -106,7 +106,7 @@ struct Result {
 Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& data, const rt::DisaggregatedOptions& opt,
            const dm::host::NetworkConfig& net) {
   dm::host::LoopbackWorld world(rt::world_size(opt), net);
-  std::vector<double> steps, span, exposed, pstep, pexposed, bneck, pbneck;
+  std::vector<double> steps, span, exposed, pstep, pexposed, bneck, pbneck, ccpu;
   dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& tp) {
     rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(Attention(spec, {}), Experts(spec, {}),
                                                                                 spec, t, opt, tp);
@@ -128,9 +128,10 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       pexposed.push_back(rt::exposed_comm_seconds(cal, simulated));
       bneck.push_back(rt::bottleneck_exposed_comm_seconds(tr.schedule(), measured));
       pbneck.push_back(rt::bottleneck_exposed_comm_seconds(cal, simulated));
+      ccpu.push_back(cal.network.comm_sm_fraction);
     }
   });
-  return {median(steps), median(span), median(exposed), median(pstep), median(pexposed), median(bneck), median(pbneck)};
+  return {median(steps), median(span), median(exposed), median(pstep), median(pexposed), median(bneck), median(pbneck), median(ccpu)};
 }
 
 /// Bytes a rank of the busiest worker of one step under `opt` sends to other ranks (an
@@ -252,9 +253,9 @@ int main(int argc, char** argv) {
       net.latency = o.latency;
       std::printf("\n%d ranks, emulated NIC %.1f MB/s per rank, latency %.0f us (1F1B-EP p=1 without network: %.4f s)\n",
                   w, bw / 1e6, o.latency * 1e6, compute);
-      std::printf("%-22s %8s %10s %10s %7s %10s %10s %8s %9s %10s %10s %9s %9s\n", "schedule", "step s", "schedule s",
+      std::printf("%-22s %8s %10s %10s %7s %10s %10s %8s %9s %10s %10s %9s %9s %8s\n", "schedule", "step s", "schedule s",
                   "predicted", "err %", "exposed s", "predicted", "share %", "exp/1f1b", "bottleneck", "predicted",
-                  "bn/1f1b", "speedup");
+                  "bn/1f1b", "speedup", "comm cpu");
       auto vs = variants(w, spec.layers, o.micro_batches);
       std::vector<Result> rs;
       const Result* ref = nullptr;  // the first 1F1B-EP row
@@ -267,11 +268,11 @@ int main(int argc, char** argv) {
         if (vs[i].opt.schedule == rt::ScheduleKind::kOneFOneB) ref = &rs[i];
       for (std::size_t i = 0; i < vs.size(); ++i) {
         const Result& r = rs[i];
-        std::printf("%-22s %8.4f %10.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %10.4f %10.4f %8.2fx %8.2fx\n",
+        std::printf("%-22s %8.4f %10.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %10.4f %10.4f %8.2fx %8.2fx %8.2f\n",
                     vs[i].name.c_str(), r.step, r.schedule, r.predicted_step,
                     100 * (r.predicted_step - r.schedule) / r.schedule, r.exposed,
                     r.predicted_exposed, 100 * r.exposed / r.step, r.exposed / ref->exposed, r.bottleneck,
-                    r.predicted_bottleneck, r.bottleneck / ref->bottleneck, ref->step / r.step);
+                    r.predicted_bottleneck, r.bottleneck / ref->bottleneck, ref->step / r.step, r.comm_cpu);
       }
     }
     return 0;

@@ -42,6 +42,8 @@ struct CountingHandler {
   std::size_t max_in_flight = 0;
   int polls = 3;
   int never = -1;                       // this op never finishes
+  double burn = 0;                      // CPU seconds each progress call spends
+  double burned = 0;                    // CPU seconds spent in progress calls, in all
 
   void compute(int op) {
     const std::lock_guard lock(mu);
@@ -54,6 +56,12 @@ struct CountingHandler {
     max_in_flight = std::max(max_in_flight, polls_left.size());
   }
   bool progress(const ds::Task& t) {
+    if (burn > 0) {  // busy work on the comm thread, counted by the thread's own clock
+      const double t0 = rt::detail::thread_cpu_seconds();
+      double now = t0;
+      while (now - t0 < burn) now = rt::detail::thread_cpu_seconds();
+      burned += now - t0;
+    }
     if (t.op == never) return false;
     if (--polls_left.at(t.op) > 0) return false;
     polls_left.erase(t.op);
@@ -93,6 +101,38 @@ TEST_CASE("async comm: in-order starts after dependencies, several exchanges in 
       }
     if (comm_order.size() > 4) CHECK(h.max_in_flight > 1);
   }
+}
+
+TEST_CASE("async comm: the comm thread's CPU time is charged to the comm ops in flight, and only to them") {
+  const ds::Schedule s = small_schedule();
+  const ds::LoweredSchedule low = ds::lower(s);
+  const auto& program = low.workers[0];
+  CountingHandler h;
+  h.finished.assign(s.ops.size(), 0);
+  h.burn = 2e-4;
+  rt::ExecutorOptions opt;
+  opt.timeout = std::chrono::milliseconds(5000);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto times = rt::run_worker(s, program, h, opt);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double charged = 0;
+  for (const auto& t : program.streams[static_cast<std::size_t>(ds::Stream::kComm)]) {
+    const double cpu = times[static_cast<std::size_t>(t.op)].cpu;
+    CHECK(cpu >= 0);
+    charged += cpu;
+  }
+  // Every progress call's CPU is charged (besides the loop's own), and one thread cannot
+  // use more CPU than the run's wall time.
+  REQUIRE(h.burned > 0);
+  CHECK(charged >= h.burned);
+  CHECK(charged <= wall);
+  // Compute ops keep their own thread's CPU time, bounded by their wall time.
+  for (int stream : {0, 1})
+    for (const auto& t : program.streams[static_cast<std::size_t>(stream)]) {
+      const auto& m = times[static_cast<std::size_t>(t.op)];
+      CHECK(m.cpu >= 0);
+      CHECK(m.cpu <= m.end - m.start + 1e-3);
+    }
 }
 
 TEST_CASE("async comm: a task that never finishes is a TimeoutError naming worker, step and op") {

@@ -80,6 +80,7 @@ inline double uncovered(std::vector<std::pair<double, double>> iv, std::vector<s
 struct WorkerExposure {
   std::vector<double> exposed;  ///< [worker] seconds some transfer touching it is active while it computes nothing
   std::vector<double> busy;     ///< [worker] seconds it computes (union of its compute ops)
+  std::vector<double> active;   ///< [worker] seconds some transfer touching it is active
 };
 
 /// Per op of `s`: its interval in `run` where it has one, else (-1, -1). A transfer
@@ -113,6 +114,7 @@ inline WorkerExposure worker_exposure(const schedule::Schedule& s, const io::Tra
   for (std::size_t w = 0; w < nw; ++w) {
     out.exposed.push_back(detail::uncovered(comm[w], busy[w]));
     out.busy.push_back(detail::uncovered(busy[w], {}));
+    out.active.push_back(detail::uncovered(comm[w], {}));
   }
   return out;
 }
@@ -195,16 +197,44 @@ inline double comm_overhead_seconds(const schedule::Schedule& s, const io::Trace
   return 0.5 * (lo + hi);
 }
 
+/// The share of a core that the comm threads took while their transfers were active: the
+/// comm ops' CPU time in `timelines` (MeasuredOp::cpu: polling, the transport, the token
+/// kernels) over the time some transfer touched their worker in `run`, summed over the
+/// workers. On a host it is what comm kernels' SMs are on a GPU: compute that shares the
+/// cores with the comm threads runs at (1 - share) while a transfer touches its worker.
+/// 0 without measured comm CPU or transfers; at most 0.9.
+inline double comm_cpu_share(const schedule::Schedule& s, const io::TraceRun& run,
+                             std::span<const std::vector<MeasuredOp>> timelines) {
+  const auto active = worker_exposure(s, run).active;
+  double cpu = 0, seconds = 0;
+  for (std::size_t w = 0; w < timelines.size() && w < active.size(); ++w) {
+    double x = 0;
+    for (std::size_t i = 0; i < s.ops.size() && i < timelines[w].size(); ++i)
+      if (schedule::is_comm(s.ops[i].kind)) x += std::max(0.0, timelines[w][i].cpu);
+    if (active[w] <= 0) continue;
+    cpu += x;
+    seconds += active[w];
+  }
+  return seconds > 0 ? std::min(0.9, cpu / seconds) : 0.0;
+}
+
 /// `s` calibrated from its measured `run`: compute ops at their measured cost
 /// (`calibrated_compute`), at most `host_cores` of them at once across workers (the
-/// cores the run's worker threads shared; 0: a core each), and every message's latency
-/// raised by the measured per-transfer overhead (`comm_overhead_seconds`), so that the
+/// cores the run's worker threads shared; 0: a core each) and slowed by the comm threads'
+/// share of their cores while transfers touch their worker (`comm_cpu_share`, with
+/// host cores only: the simulator's comm-SM rule), and every message's latency raised
+/// by the measured per-transfer overhead (`comm_overhead_seconds`), so that the
 /// simulation predicts the run from its own op times. The data-parallel all-reduce,
 /// which the runtime runs after the schedule, keeps its modelled cost.
 inline schedule::Schedule calibrated(schedule::Schedule s, const io::TraceRun& run,
                                      std::span<const std::vector<MeasuredOp>> timelines = {}, int host_cores = 0) {
   s = calibrated_compute(std::move(s), run, timelines);
   s.network.host_cores = host_cores;
+  if (host_cores > 0) {
+    s.network.comm_sm_fraction = comm_cpu_share(s, run, timelines);
+    s.network.rdma_sm_fraction = 0;
+    for (auto& op : s.ops) op.uses_sms = schedule::is_comm(op.kind);
+  }
   const double o = comm_overhead_seconds(s, run);
   s.network.nic_latency += o;
   s.network.nvlink_latency += o;

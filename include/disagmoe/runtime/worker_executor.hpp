@@ -26,6 +26,7 @@
 #include <disagmoe/error.hpp>
 #include <disagmoe/schedule/lowering.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -48,7 +49,10 @@ struct MeasuredOp {
   double start = -1;
   double end = -1;
   /// Compute ops: CPU time of the thread that ran the op (its cost at the full rate of
-  /// one core, whatever else shared the core meanwhile); -1 otherwise.
+  /// one core, whatever else shared the core meanwhile). Transfers and collectives: the
+  /// CPU time the comm stream's thread spent while they were in flight (split evenly
+  /// among those in flight), so that a worker's comm ops add up to its comm thread's CPU
+  /// time (polling, the transport, the token kernels). -1: nothing charged.
   double cpu = -1;
 };
 
@@ -59,6 +63,34 @@ inline double thread_cpu_seconds() {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
+
+/// The comm thread's CPU time, charged in equal parts to the ops that were in flight
+/// during each round of the comm loop (MeasuredOp::cpu), so that a worker's comm ops add
+/// up to its comm thread's CPU time. A round without ops in flight carries over.
+class CommCpuMeter {
+ public:
+  /// Charges the CPU time since the last call to the ops touched in the round (then
+  /// forgotten: the next round starts with what is still in flight).
+  void close_round(std::vector<MeasuredOp>& times) {
+    const double now = thread_cpu_seconds();
+    pending_ += now - last_;
+    last_ = now;
+    if (touched_.empty()) return;
+    for (int op : touched_) {
+      auto& cpu = times[static_cast<std::size_t>(op)].cpu;
+      cpu = std::max(cpu, 0.0) + pending_ / static_cast<double>(touched_.size());
+    }
+    pending_ = 0;
+    touched_.clear();
+  }
+  /// `op` was in flight during this round.
+  void touch(int op) { touched_.push_back(op); }
+
+ private:
+  double last_ = thread_cpu_seconds();
+  double pending_ = 0;
+  std::vector<int> touched_;
+};
 }  // namespace detail
 
 /// What the executor asks of the caller, per op. Compute runs on the op's stream
@@ -288,7 +320,10 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
     } withdraw{transport, flight};
     {
       std::size_t next = 0;
+      detail::CommCpuMeter meter;
       while (!cx.stop.load() && (next < tasks.size() || !flight.empty())) {
+        meter.close_round(cx.times);
+        for (const auto& f : flight) meter.touch(f.op);
         bool progressed = false;
         for (std::size_t i = 0; i < flight.size();) {  // completions
           if (!transport.test(flight[i].req)) {
@@ -308,11 +343,13 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
           current = t.op;
           if (t.kind == TaskKind::kRecv) {
             at(t.op).start = cx.since();
+            meter.touch(t.op);
             flight.push_back({comm::irecv(transport, t.peer, tag_of(t.op), handler.recv_buffer(t.op)), t.op, false});
             ++next;
             progressed = true;
           } else if (cx.done.all_done(t.deps)) {
             at(t.op).start = cx.since();
+            meter.touch(t.op);
             if (t.kind == TaskKind::kSend) {
               flight.push_back({comm::isend(transport, t.peer, tag_of(t.op), handler.send_payload(t.op)), t.op, true});
             } else {
@@ -337,6 +374,7 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
         }
         cx.done.wait_for_change(std::chrono::microseconds(flight.empty() ? 200 : 20));
       }
+      meter.close_round(cx.times);
     }
   };
   return detail::run_streams(schedule, program, [&](int op) { handler.compute(op); }, options, comm_loop);
@@ -365,7 +403,10 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
   auto comm_loop = [&](detail::CommContext& cx, int& current) {
     std::vector<const schedule::Task*> flight;  // started, oldest first
     std::size_t next = 0;
+    detail::CommCpuMeter meter;
     while (!cx.stop.load() && (next < tasks.size() || !flight.empty())) {
+      meter.close_round(cx.times);
+      for (const auto* t : flight) meter.touch(t->op);
       bool progressed = false;
       for (std::size_t i = 0; i < flight.size();) {
         const schedule::Task& t = *flight[i];
@@ -383,6 +424,7 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
         const schedule::Task& t = tasks[next++];
         current = t.op;
         cx.times[static_cast<std::size_t>(t.op)].start = cx.since();
+        meter.touch(t.op);
         cx.done.touch();  // starting a task is progress
         handler.start(t);
         flight.push_back(&t);
@@ -395,6 +437,7 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
       }
       cx.done.wait_for_change(std::chrono::microseconds(flight.empty() ? 200 : 20));
     }
+    meter.close_round(cx.times);
   };
   return detail::run_streams(schedule, program, [&](int op) { handler.compute(op); }, options, comm_loop);
 }
