@@ -6,6 +6,7 @@
 // vacuous (cuts are found and violated). On a hand-built single-node flow set the cut
 // at the LP optimum is the closed-form flow cover, and the solver with the debug
 // solution (the brute-force optimum) never cuts it off on the fixed-charge family.
+#include "cut_validity.hpp"
 #include "families.hpp"
 #include "oracle.hpp"
 
@@ -21,59 +22,14 @@
 
 using namespace disagmoe::milp;
 
-namespace {
-
-double activity(const detail::LinearCut& cut, const std::vector<double>& x) {
-  double act = 0;
-  for (const auto& [j, a] : cut.terms) act += a * x[j];
-  return act;
-}
-
-}  // namespace
+using test::activity;
 
 TEST_CASE("milp cuts: no flow cover cut removes a feasible point of a random instance") {
-  int cuts_checked = 0, instances = 0;
-  const test::Family families[] = {test::Family::kFixedCharge, test::Family::kMixedRows, test::Family::kBigKnapsack,
-                                   test::Family::kWideIntegers};
-  for (const test::Family f : families) {
-    for (std::uint64_t seed = 1; seed <= 200; ++seed) {
-      const Problem p = test::family_problem(f, seed);
-      INFO("family " << test::family_name(f) << ", seed " << seed);
-      const auto points = test::slice_vertices(p);
-      if (points.empty()) continue;
-      ++instances;
-      std::vector<std::vector<double>> at;
-      detail::DualSimplex lp(p);
-      if (lp.solve() == LpStatus::kOptimal) {
-        std::vector<double> x(p.num_vars());
-        for (int j = 0; j < p.num_vars(); ++j) x[j] = lp.value(j);
-        at.push_back(x);
-      }
-      std::mt19937_64 rng(seed);
-      std::uniform_real_distribution<double> u01(0.0, 1.0);
-      for (int t = 0; t < 8; ++t) {
-        std::vector<double> x(p.num_vars());
-        for (int j = 0; j < p.num_vars(); ++j) x[j] = p.lb(j) + (p.ub(j) - p.lb(j)) * u01(rng);
-        at.push_back(x);
-      }
-      const detail::FlowCoverSeparator sep(p);
-      for (const auto& x : at) {
-        for (const detail::LinearCut& cut : sep.separate(x, p.lbs(), p.ubs())) {
-          CHECK(activity(cut, x) > cut.hi);  // reported cuts are violated where separated
-          double hi = -kInf, scale = 1;
-          for (const auto& pt : points) {
-            hi = std::max(hi, activity(cut, pt));
-            for (const auto& [j, a] : cut.terms) scale = std::max(scale, std::abs(a * pt[j]));
-          }
-          CHECK(hi <= cut.hi + 1e-7 * scale);
-          ++cuts_checked;
-        }
-      }
-    }
-  }
-  MESSAGE("instances " << instances << ", flow cover cuts checked " << cuts_checked);
-  CHECK(instances > 300);
-  CHECK(cuts_checked > 300);
+  const auto seen = test::check_cuts_hold<detail::FlowCoverSeparator>(
+      {test::Family::kFixedCharge, test::Family::kMixedRows, test::Family::kBigKnapsack, test::Family::kWideIntegers}, 200, 8);
+  MESSAGE("instances " << seen.instances << ", flow cover cuts checked " << seen.cuts);
+  CHECK(seen.instances > 300);
+  CHECK(seen.cuts > 300);
 }
 
 TEST_CASE("milp cuts: the flow cover of a single-node flow set at its LP optimum") {

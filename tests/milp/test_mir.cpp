@@ -6,6 +6,7 @@
 // function attains its minimum over a slice at a vertex); the check is not vacuous
 // (cuts are found and violated); the variable-bound substitution finds the switch a
 // single-node fixed-charge set needs; the pool orders by efficacy and drops parallel cuts.
+#include "cut_validity.hpp"
 #include "families.hpp"
 #include "oracle.hpp"
 
@@ -21,60 +22,14 @@
 
 using namespace disagmoe::milp;
 
-namespace {
-
-double activity(const detail::LinearCut& cut, const std::vector<double>& x) {
-  double act = 0;
-  for (const auto& [j, a] : cut.terms) act += a * x[j];
-  return act;
-}
-
-}  // namespace
+using test::activity;
 
 TEST_CASE("milp cuts: no c-MIR cut removes a feasible point of a random instance") {
-  int cuts_checked = 0, instances = 0;
-  const test::Family families[] = {test::Family::kFixedCharge, test::Family::kMixedRows,
-                                   test::Family::kWideIntegers, test::Family::kBadlyScaled};
-  for (const test::Family f : families) {
-    for (std::uint64_t seed = 1; seed <= 150; ++seed) {
-      const Problem p = test::family_problem(f, seed);
-      INFO("family " << test::family_name(f) << ", seed " << seed);
-      const auto points = test::slice_vertices(p);
-      if (points.empty()) continue;
-      ++instances;
-      // Separation points: the root LP optimum and random points of the box.
-      std::vector<std::vector<double>> at;
-      detail::DualSimplex lp(p);
-      if (lp.solve() == LpStatus::kOptimal) {
-        std::vector<double> x(p.num_vars());
-        for (int j = 0; j < p.num_vars(); ++j) x[j] = lp.value(j);
-        at.push_back(x);
-      }
-      std::mt19937_64 rng(seed);
-      std::uniform_real_distribution<double> u01(0.0, 1.0);
-      for (int t = 0; t < 6; ++t) {
-        std::vector<double> x(p.num_vars());
-        for (int j = 0; j < p.num_vars(); ++j) x[j] = p.lb(j) + (p.ub(j) - p.lb(j)) * u01(rng);
-        at.push_back(x);
-      }
-      const detail::MirSeparator sep(p);
-      for (const auto& x : at) {
-        for (const detail::LinearCut& cut : sep.separate(x, p.lbs(), p.ubs())) {
-          CHECK(activity(cut, x) > cut.hi);  // reported cuts are violated where separated
-          double hi = -kInf, scale = 1;
-          for (const auto& pt : points) {
-            hi = std::max(hi, activity(cut, pt));
-            for (const auto& [j, a] : cut.terms) scale = std::max(scale, std::abs(a * pt[j]));
-          }
-          CHECK(hi <= cut.hi + 1e-7 * scale);
-          ++cuts_checked;
-        }
-      }
-    }
-  }
-  MESSAGE("instances " << instances << ", c-MIR cuts checked " << cuts_checked);
-  CHECK(instances > 300);
-  CHECK(cuts_checked > 500);
+  const auto seen = test::check_cuts_hold<detail::MirSeparator>(
+      {test::Family::kFixedCharge, test::Family::kMixedRows, test::Family::kWideIntegers, test::Family::kBadlyScaled}, 150, 6);
+  MESSAGE("instances " << seen.instances << ", c-MIR cuts checked " << seen.cuts);
+  CHECK(seen.instances > 300);
+  CHECK(seen.cuts > 500);
 }
 
 TEST_CASE("milp cuts: c-MIR with a variable-bound substitution on a fixed-charge node") {
