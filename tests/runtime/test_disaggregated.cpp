@@ -576,14 +576,15 @@ TEST_CASE("calibration charges the comm threads' CPU to the host cores as comm k
   namespace ds = disagmoe::schedule;
   for (int p : {1, 2})
     for (bool fuse : {true, false})
-      for (int cores : {2, 64}) {
+      for (int cores : {1, 2, 64}) {
         CAPTURE(p);
         CAPTURE(fuse);
         CAPTURE(cores);
         const auto s = slow_link_schedule(p, fuse);
-        // The "measured" run: host threads on `cores` cores whose compute runs 30% slower
-        // while a transfer touches its worker.
-        const double share = 0.3;
+        // The "measured" run: host threads on `cores` cores, each comm thread taking 40% of
+        // a core while a transfer touches its worker (it slows compute only where the
+        // cores are oversubscribed).
+        const double share = 0.4;
         auto truth = s;
         truth.network.host_cores = cores;
         truth.network.comm_sm_fraction = share;
@@ -617,10 +618,11 @@ TEST_CASE("calibration charges the comm threads' CPU to the host cores as comm k
         const auto cal = rt::calibrated(s, run, timelines, cores);
         CHECK(cal.network.comm_sm_fraction == doctest::Approx(share).epsilon(1e-9));
         CHECK(ds::simulate(cal).step_seconds == doctest::Approx(truth_sim.step_seconds).epsilon(1e-6));
-        // Without the comm threads' CPU the same calibration misses the step by over 1% at
-        // p = 2 (at p = 1 compute and transfers alternate, and the per-transfer overhead
-        // fit takes up the slowdown).
-        if (p == 1) continue;
+        // Without the comm threads' CPU the same calibration misses the step by over 1% on
+        // one core at p = 2 (on more cores the threads rarely oversubscribe them; at p = 1
+        // compute and transfers alternate, and the per-transfer overhead fit takes up the
+        // slowdown).
+        if (p == 1 || cores > 1) continue;
         for (auto& t : timelines)
           for (std::size_t i = 0; i < s.ops.size(); ++i)
             if (ds::is_comm(s.ops[i].kind)) t[i].cpu = -1;

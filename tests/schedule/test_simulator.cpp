@@ -255,6 +255,35 @@ TEST_CASE("host cores: a worker's ranks are threads, each stream its own; queued
   }
 }
 
+TEST_CASE("host cores: comm threads take their share of the cores only when the cores are oversubscribed") {
+  // W0 -> W1, a 10000 s transfer whose comm threads take half a core on each end, beside
+  // 3 s of compute on W0 (and on W1): the cores are shared in proportion to demand once
+  // the compute's cores plus the comm threads' shares exceed them.
+  auto build = [](int cores, bool both) {
+    auto s = two_workers(true);
+    s.network.host_cores = cores;
+    s.network.comm_sm_fraction = 0.5;
+    s.add(work(0, ds::Stream::kForward, 3.0));
+    if (both) s.add(work(1, ds::Stream::kForward, 3.0));
+    auto c = send(0, 1, 1e6);
+    c.uses_sms = true;
+    s.add(c);
+    return s;
+  };
+  // 2 cores: 1 held + 2 x 0.5 = 2, not over: full rate (a GPU would run at 0.5: 6 s).
+  CHECK(ds::simulate(build(2, false)).timings[0].end == doctest::Approx(3.0));
+  // 1 core: demand 2, every op at 1/2 of its rate.
+  CHECK(ds::simulate(build(1, false)).timings[0].end == doctest::Approx(6.0));
+  // 2 cores, both computing: demand 3, at 2/3.
+  const auto r = ds::simulate(build(2, true));
+  CHECK(r.timings[0].end == doctest::Approx(4.5));
+  CHECK(r.timings[1].end == doctest::Approx(4.5));
+  // Without the comm threads' share: full rate again.
+  auto free = build(2, true);
+  free.network.comm_sm_fraction = 0;
+  CHECK(ds::simulate(free).timings[1].end == doctest::Approx(3.0));
+}
+
 TEST_CASE("memory: peak activation follows allocations and frees") {
   auto s = two_workers(true);
   auto a = work(0, ds::Stream::kForward, 1.0);

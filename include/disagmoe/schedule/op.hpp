@@ -152,7 +152,8 @@ struct Network {
   /// Fraction of SMs the comm kernels (ops with `uses_sms`) hold on each end of a
   /// transfer; compute on a worker runs at (1 − fraction) while one of them touches it,
   /// however many (a library reserves its SMs once: DeepEP's Buffer::num_sms).
-  /// cost_adapter.hpp takes it from ClusterSpec::kernel_comm_sm_fraction.
+  /// cost_adapter.hpp takes it from ClusterSpec::kernel_comm_sm_fraction. With
+  /// host_cores > 0 it is the share of a core each rank's comm thread takes instead.
   double comm_sm_fraction = 0;
   /// The same for RDMA-engine transfers (ops without `uses_sms`); both can apply at once.
   /// From ClusterSpec::rdma_comm_sm_fraction (default 0).

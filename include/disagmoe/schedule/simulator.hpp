@@ -15,7 +15,11 @@
 ///   cores (at min(g, C) / g of its rate when g > C), and a worker's two compute streams
 ///   are threads of their own, so their ops do not share a rate; a ready compute op that
 ///   does not find its cores free waits in one first-come-first-served queue and starts
-///   when running ones free them (before ops that end readies);
+///   when running ones free them (before ops that end readies); a comm op that taxes
+///   compute (as above) occupies comm_sm_fraction (rdma_sm_fraction) of a core per
+///   rank of each worker it touches (the comm threads), and while the cores held plus
+///   these shares exceed C, every compute op runs at C / their sum of its rate (the
+///   cores shared in proportion to demand);
 /// - a comm op first waits its message latency, then moves its bytes; intra-node bytes
 ///   go over NVLink, the rest over the worker's NIC share, each direction a separate
 ///   resource per worker; flows on a resource share it equally and the op advances at
@@ -345,7 +349,7 @@ class Simulator {
       o.left = 1;
       o.since = now_;
       wk.compute[static_cast<std::size_t>(wk.ncompute++)] = id;
-      rerate_compute(o.worker);
+      cores_ > 0 ? rerate_host() : rerate_compute(o.worker);
       return;
     }
     if (o.uses < 0) return instant(id);
@@ -362,10 +366,7 @@ class Simulator {
       if (sms) ++pk.sm_comm;
       if (rdma) ++pk.rdma_comm;
     }
-    if (sms || rdma) {
-      rerate_compute(o.worker);
-      if (peer != o.worker) rerate_compute(peer);
-    }
+    if (sms || rdma) rerate_taxed(o.worker, peer);
     // Its flow begins after the latency and reads the link uses then: load them now.
     __builtin_prefetch(&uses_of(o));
     __builtin_prefetch(reinterpret_cast<const char*>(&uses_of(o)) + 64);
@@ -395,14 +396,41 @@ class Simulator {
     o.since = now_;
   }
 
+  // What the comm ops touching a worker take of its compute (GPU: a share of the SMs;
+  // host: a share of a core per rank, its comm thread's).
+  double comm_tax(const WorkerState& k) const {
+    return (k.sm_comm > 0 ? s_.network.comm_sm_fraction : 0.0) + (k.rdma_comm > 0 ? s_.network.rdma_sm_fraction : 0.0);
+  }
+
+  // A comm op that taxes compute started or ended between `w` and `peer`.
+  void rerate_taxed(int w, int peer) {
+    if (cores_ > 0) return rerate_host();
+    rerate_compute(w);
+    if (peer != w) rerate_compute(peer);
+  }
+
+  // Host threads (file comment): the cores are shared in proportion to demand once the
+  // compute ops' cores plus the comm threads' shares exceed them, so every running
+  // compute op is re-rated when either changes.
+  void rerate_host() {
+    double demand = running_compute_;
+    for (std::size_t w = 0; w < ws_.size(); ++w)
+      demand += s_.workers[w].gpus * comm_tax(ws_[w]);
+    host_rate_ = demand > cores_ ? cores_ / demand : 1.0;
+    for (std::size_t w = 0; w < ws_.size(); ++w)
+      if (ws_[w].ncompute > 0) rerate_compute(static_cast<int>(w));
+  }
+
   void rerate_compute(int w) {
     const auto& k = ws_[static_cast<std::size_t>(w)];
     // A GPU's streams share it; host threads each have their cores (file comment).
     const double share = k.ncompute == 0 ? 0
                          : cores_ > 0  ? static_cast<double>(cores_of(w)) / s_.workers[static_cast<std::size_t>(w)].gpus
                                        : 1.0 / static_cast<double>(k.ncompute);
-    double slow = k.sm_comm > 0 ? 1.0 - s_.network.comm_sm_fraction : 1.0;
-    if (k.rdma_comm > 0) slow -= s_.network.rdma_sm_fraction;
+    // (GPU: in this order, as the reference simulator rounds it.)
+    const double slow = cores_ > 0 ? host_rate_
+                                   : 1.0 - (k.sm_comm > 0 ? s_.network.comm_sm_fraction : 0.0) -
+                                         (k.rdma_comm > 0 ? s_.network.rdma_sm_fraction : 0.0);
     for (int i = 0; i < k.ncompute; ++i) {
       const int id = k.compute[static_cast<std::size_t>(i)];
       Node& o = node(id);
@@ -447,8 +475,12 @@ class Simulator {
         touch(o.worker);
         for (; i + 1 < wk.ncompute; ++i) wk.compute[static_cast<std::size_t>(i)] = wk.compute[static_cast<std::size_t>(i) + 1];
         --wk.ncompute;
-        rerate_compute(o.worker);
-        if (cores_ > 0) running_compute_ -= cores_of(o.worker);
+        if (cores_ > 0) {
+          running_compute_ -= cores_of(o.worker);
+          rerate_host();
+        } else {
+          rerate_compute(o.worker);
+        }
         // The freed cores go to the longest waiters, in order, while the head's fit.
         while (core_next_ < core_queue_.size() && running_compute_ + cores_of(node(core_queue_[core_next_]).worker) <= cores_) {
           const int next = core_queue_[core_next_++];
@@ -475,10 +507,7 @@ class Simulator {
         f.erase(std::find(f.begin(), f.end(), id));
       }
       rerate_flows(uses_of(o));
-      if (sms || rdma) {
-        rerate_compute(o.worker);
-        if (peer != o.worker) rerate_compute(peer);
-      }
+      if (sms || rdma) rerate_taxed(o.worker, peer);
     }
     // Release the stream, then wake dependents.
     if ((o.flags & kUnordered) == 0) {
@@ -633,6 +662,7 @@ class Simulator {
   // ready ones waiting for a core, served from core_next_ on.
   const int cores_ = s_.network.host_cores;
   int running_compute_ = 0;
+  double host_rate_ = 1;  // the rate every host compute op runs at (rerate_host)
   std::vector<int> core_queue_;
   std::size_t core_next_ = 0;
   double now_ = 0;
