@@ -14,6 +14,8 @@
 #include <disagmoe/runtime/adamw.hpp>
 #include <disagmoe/runtime/colocated_trainer.hpp>
 
+#include "matrix_near.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -26,12 +28,8 @@ using Mat = model::Matrix<float>;
 
 namespace {
 
-/// max |a - b| <= tol * (1 + max |b|).
-bool near(const Mat& a, const Mat& b, float tol) {
-  if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
-  if (a.size() == 0) return true;
-  return (a - b).cwiseAbs().maxCoeff() <= tol * (1 + b.cwiseAbs().maxCoeff());
-}
+using test::near;
+
 
 ModelSpec spec_of(std::uint64_t seed) {
   ModelSpec m;
