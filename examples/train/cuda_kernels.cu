@@ -1,4 +1,4 @@
 // SPDX-License-Identifier: Apache-2.0
-// The one nvcc TU of disagmoe-train in a cuda-preset build: the kernels cuda::Experts
-// launches (--device cuda).
+// The one nvcc TU of disagmoe-train in a cuda-preset build: the kernels cuda::Attention
+// and cuda::Experts launch (--device cuda).
 #include <disagmoe/backend/cuda/instantiate.cuh>

@@ -11,7 +11,7 @@
 //   disagmoe-train --schedule 1f1b --pairs 2 --attention-ranks 2 --net-bandwidth 1e9
 //   mpirun -np 4 disagmoe-train --schedule afpipe --transport mpi
 //   disagmoe-train --resume DIR --steps 0 --eval-text FILE
-//   disagmoe-train --device cuda --check-reference   (experts on the GPU; cuda preset)
+//   disagmoe-train --device cuda [--precision bf16] --check-reference   (attention and experts on the GPU; cuda preset)
 //
 // Copy it: the trainers are ColocatedTrainer<ReferenceAttention<float>, ReferenceExperts<float>>
 // and DisaggregatedTrainer<..., ..., Transport>; swap in your own `attention_compute` /
@@ -57,9 +57,9 @@ namespace dm = disagmoe;
 namespace rt = disagmoe::runtime;
 namespace mo = disagmoe::model;
 using nlohmann::json;
-template <class Experts>
-using TrainerOf = rt::ColocatedTrainer<mo::ReferenceAttention<float>, Experts>;
-using Trainer = TrainerOf<mo::ReferenceExperts<float>>;
+template <class Attention, class Experts>
+using TrainerOf = rt::ColocatedTrainer<Attention, Experts>;
+using Trainer = TrainerOf<mo::ReferenceAttention<float>, mo::ReferenceExperts<float>>;
 using Clock = std::chrono::steady_clock;
 
 struct Args {
@@ -76,7 +76,7 @@ struct Args {
   double val_fraction = 0.1;
   int val_every = 100, val_windows = 256, sample = 0, save_every = 0;
   bool json_out = false, recompute = false;
-  std::string device = "cpu";
+  std::string device = "cpu", precision = "fp32";
   disagmoe::train_cli::DisaggregatedArgs d;
 };
 
@@ -282,7 +282,7 @@ void check_outputs(const Args& a) {
   }
 }
 
-template <class Experts>
+template <class Attention, class Experts>
 int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& topt, bool lead);
 
 int run(const Args& a) {
@@ -290,7 +290,7 @@ int run(const Args& a) {
   Eigen::setNbThreads(a.threads);  // effective in an OpenMP build (Eigen would take every core)
   const dm::ModelSpec spec = model_spec(a);
   const rt::TrainOptions topt = train_options(a);
-  dm::train_cli::check_device(a.device, a.d.schedule);
+  dm::train_cli::check_device(a.device, a.d.schedule, a.precision);
   auto d = a.d;
   if (a.device == "cuda") d.check_reference = false;  // run_job compares with a host run itself
   dm::train_cli::check_disaggregated_args(d, spec, a.micro_batch, topt.micro_batches);
@@ -308,7 +308,7 @@ int run(const Args& a) {
     // An error on one rank (a peer's TimeoutError included) ends the whole job after
     // this rank reported it: the others would otherwise wait in MPI_Finalize.
     try {
-      return run_job<mo::ReferenceExperts<float>>(a, spec, topt, lead);
+      return run_job<mo::ReferenceAttention<float>, mo::ReferenceExperts<float>>(a, spec, topt, lead);
     } catch (...) {
       const int rc = dm::cli::report_exception("disagmoe-train");
       mpi_env->fail_job(rc);
@@ -317,14 +317,14 @@ int run(const Args& a) {
   }
 #endif
 #ifdef DISAGMOE_TRAIN_WITH_CUDA
-  if (a.device == "cuda") return run_job<dm::cuda::Experts>(a, spec, topt, lead);
+  if (a.device == "cuda") return run_job<dm::cuda::Attention, dm::cuda::Experts>(a, spec, topt, lead);
 #endif
-  return run_job<mo::ReferenceExperts<float>>(a, spec, topt, lead);
+  return run_job<mo::ReferenceAttention<float>, mo::ReferenceExperts<float>>(a, spec, topt, lead);
 }
 
-template <class Experts>
+template <class Attention, class Experts>
 int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& topt, bool lead) {
-  constexpr bool on_host = std::is_same_v<Experts, mo::ReferenceExperts<float>>;
+  constexpr bool on_host = std::is_same_v<TrainerOf<Attention, Experts>, Trainer>;
   check_outputs(a);
   check_memory(spec, a.micro_batch);
   mo::DecoderOptions dopt;
@@ -344,8 +344,9 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
   if (need_corpus) corpus_bytes = rt::read_corpus(a.corpus);
   const auto settings = run_settings(a, spec, fnv1a(corpus_bytes));
 
-  TrainerOf<Experts> tr(mo::ReferenceAttention<float>(spec, dopt), Experts(spec, dopt), spec, topt,
-                        rt::StageOptions{a.seed, a.recompute});
+  TrainerOf<Attention, Experts> tr(dm::train_cli::make_compute<Attention>(spec, dopt, a.precision),
+                                  dm::train_cli::make_compute<Experts>(spec, dopt, a.precision), spec, topt,
+                                  rt::StageOptions{a.seed, a.recompute});
   mo::Rng data_rng(mo::derive_seed(a.seed, 0xDA7A));
   if (!a.resume.empty()) {
     const rt::CheckpointState st = rt::load_checkpoint(a.resume, tr);
@@ -496,12 +497,13 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
     for (const auto& p : curve) losses.push_back(p["loss"].get<double>());
     const double dl = dm::train_cli::max_rel_diff(losses, host_losses);
     const double dp = dm::train_cli::max_rel_diff(dm::train_cli::flat_parameters(tr), dm::train_cli::flat_parameters(*host_ref));
-    result["reference"] = {{"device", a.device}, {"max_rel_diff_loss", dl}, {"max_rel_diff_parameters", dp}};
+    result["reference"] = {{"device", a.device}, {"precision", a.precision}, {"max_rel_diff_loss", dl}, {"max_rel_diff_parameters", dp}};
     if (!a.json_out)
-      std::cout << "reference check (" << a.device << " against the host run): max_rel_diff loss " << dl
+      std::cout << "reference check (" << a.device << ", " << a.precision << " GEMMs, against the host run): max_rel_diff loss " << dl
                 << ", parameters " << dp << '\n';
   }
   result["device"] = a.device;
+  result["precision"] = a.precision;
   result["steps"] = tr.steps();
   result["tokens"] = tokens;
   result["seconds"] = secs;
@@ -633,8 +635,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   dis->add_option("--trace", a.d.trace, "Chrome trace of the last step: measured and simulated side by side")->check(kPath);
   app.add_option("--device", a.device,
-                 "cpu, or cuda: the experts on the GPU (a cuda-preset build; with --check-reference, also the host "
-                 "run on the same batches, reporting max_rel_diff of losses and parameters)")
+                 "cpu, or cuda: attention and experts on the GPU (a cuda-preset build; with --check-reference, also "
+                 "the host run on the same batches, reporting max_rel_diff of losses and parameters)")
+      ->capture_default_str();
+  app.add_option("--precision", a.precision,
+                 "what the GPU's GEMMs multiply in: fp32, or bf16 (bf16 operands, fp32 accumulation; the weights stay "
+                 "fp32 masters); --device cuda only")
       ->capture_default_str();
   disagmoe::cli::add_max_memory(app);
   return disagmoe::cli::run_main(app, argc, argv, [&] {

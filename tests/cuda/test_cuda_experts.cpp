@@ -6,6 +6,8 @@
 #include <disagmoe/backend/cuda/experts.hpp>
 #include <disagmoe/model/reference_experts.hpp>
 
+#include "matrix_near.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -15,12 +17,7 @@ using namespace disagmoe;
 
 namespace {
 
-/// max |a - b| <= tol * (1 + max |b|).
-bool near(const model::Matrix<float>& a, const model::Matrix<float>& b, float tol = 1e-4f) {
-  if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
-  if (a.size() == 0) return true;
-  return (a - b).cwiseAbs().maxCoeff() <= tol * (1 + b.cwiseAbs().maxCoeff());
-}
+bool near(const model::Matrix<float>& a, const model::Matrix<float>& b) { return test::near(a, b, 1e-4f); }
 
 ModelSpec spec_of(std::uint64_t seed) {
   ModelSpec m;

@@ -18,15 +18,18 @@
 /// downloads what it writes; what the backward needs stays on the device in `Saved`.
 /// A device-resident weight copy needs the runtime to tell a compute when weights change.
 ///
+/// Precision: fp32 GEMMs by default; Precision::kBf16 multiplies bf16-rounded operands
+/// with fp32 accumulation (blas.hpp), the weights staying fp32 masters.
+///
 /// Concurrency: const calls may run at once from several threads (expert_compute.hpp):
-/// each call takes a (cuBLAS handle, stream, scratch) lane from a pool shared by the
-/// copies of one compute, and synchronises its stream before returning. Kernels run on
+/// each call takes a lane (compute_lane.hpp) and synchronises its stream before returning. Kernels run on
 /// the device current when the compute was created.
 /// Host code; link CUDA::cublas and instantiate the kernels once (instantiate.cuh).
 #pragma once
 
 #include <disagmoe/backend/cuda/blas.hpp>
 #include <disagmoe/backend/cuda/check.hpp>
+#include <disagmoe/backend/cuda/compute_lane.hpp>
 #include <disagmoe/backend/cuda/expert_launch.hpp>
 #include <disagmoe/backend/cuda/memory.hpp>
 #include <disagmoe/backend/cuda/stream.hpp>
@@ -39,7 +42,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -61,10 +63,10 @@ class Experts {
     bool has_backward = false;
   };
 
-  Experts(ModelSpec spec, model::DecoderOptions options)
-      : host_(spec, options), spec_(std::move(spec)), pool_(std::make_shared<Pool>()) {
-    DISAGMOE_CUDA_CHECK(cudaGetDevice(&pool_->device));
-  }
+  /// `precision`: what the GEMMs multiply in (blas.hpp); the weights and every other
+  /// operation stay fp32.
+  Experts(ModelSpec spec, model::DecoderOptions options, Precision precision = Precision::kFp32)
+      : host_(spec, options), spec_(std::move(spec)), pool_(std::make_shared<LanePool>(precision)) {}
 
   [[nodiscard]] Weights init(int layer, int expert, model::Rng& rng) const { return host_.init(layer, expert, rng); }
   [[nodiscard]] std::vector<runtime::NamedParameter<float>> parameters(Weights& w) const { return host_.parameters(w); }
@@ -90,7 +92,7 @@ class Experts {
     for (auto* b : {&s.h1, &s.h3, &s.act}) b->resize(mid);
     s.rows.resize(n * static_cast<std::size_t>(h));
     Lane lane(*pool_);
-    upload(lane, x.data(), s.rows.data(), x.size());
+    lane.upload(x.data(), s.rows.data(), x.size());
     lane.scratch().resize(n * static_cast<std::size_t>(h) + 3 * max_weight(experts));
     float* y = lane.scratch().data();
     float* w = y + n * static_cast<std::size_t>(h);
@@ -99,9 +101,9 @@ class Experts {
       if (m == 0) continue;
       const float* xe = s.rows.data() + static_cast<std::size_t>(s.offsets[e]) * static_cast<std::size_t>(h);
       const std::size_t wn = static_cast<std::size_t>(f) * static_cast<std::size_t>(h);
-      upload(lane, experts[e].w1.data(), w, wn);
-      upload(lane, experts[e].w3.data(), w + wn, wn);
-      upload(lane, experts[e].w2.data(), w + 2 * wn, wn);
+      lane.upload(experts[e].w1.data(), w, wn);
+      lane.upload(experts[e].w3.data(), w + wn, wn);
+      lane.upload(experts[e].w2.data(), w + 2 * wn, wn);
       lane.blas().gemm(false, true, m, f, h, 1, xe, h, w, h, 0, s.h1.data() + s.mid[e], f);           // x w1^T
       lane.blas().gemm(false, true, m, f, h, 1, xe, h, w + wn, h, 0, s.h3.data() + s.mid[e], f);      // x w3^T
       launch::silu_gate(lane.stream(), s.h1.data() + s.mid[e], s.h3.data() + s.mid[e], s.mid[e + 1] - s.mid[e],
@@ -110,7 +112,7 @@ class Experts {
                      y + static_cast<std::size_t>(s.offsets[e]) * static_cast<std::size_t>(h), h);
     }
     out.resize(x.rows(), h);
-    download(lane, y, out.data(), out.size());
+    lane.download(y, out.data(), out.size());
   }
 
   /// d_rows = dL/drows from the gate-weighted d_out (gated_ffn_backward_input's math);
@@ -131,7 +133,7 @@ class Experts {
     s.dh1.resize(s.mid.back());
     s.dh3.resize(s.mid.back());
     Lane lane(*pool_);
-    upload(lane, d_out.data(), s.d_out.data(), d_out.size());
+    lane.upload(d_out.data(), s.d_out.data(), d_out.size());
     lane.scratch().resize(n * static_cast<std::size_t>(h) + 3 * max_weight(experts));
     float* dx = lane.scratch().data();
     float* w = dx + n * static_cast<std::size_t>(h);
@@ -140,9 +142,9 @@ class Experts {
       if (m == 0) continue;
       const std::size_t r0 = static_cast<std::size_t>(s.offsets[e]) * static_cast<std::size_t>(h);
       const std::size_t wn = static_cast<std::size_t>(f) * static_cast<std::size_t>(h);
-      upload(lane, experts[e].w1.data(), w, wn);
-      upload(lane, experts[e].w3.data(), w + wn, wn);
-      upload(lane, experts[e].w2.data(), w + 2 * wn, wn);
+      lane.upload(experts[e].w1.data(), w, wn);
+      lane.upload(experts[e].w3.data(), w + wn, wn);
+      lane.upload(experts[e].w2.data(), w + 2 * wn, wn);
       float* dh1 = s.dh1.data() + s.mid[e];
       float* dh3 = s.dh3.data() + s.mid[e];
       lane.blas().gemm(false, false, m, f, h, 1, s.d_out.data() + r0, h, w + 2 * wn, f, 0, dh1, f);  // g = d_out w2
@@ -153,7 +155,7 @@ class Experts {
     }
     s.has_backward = true;
     d_rows.resize(static_cast<Eigen::Index>(n), h);
-    download(lane, dx, d_rows.data(), d_rows.size());
+    lane.download(dx, d_rows.data(), d_rows.size());
   }
 
   /// grads[e] += the weight gradients of expert e (gated_ffn_backward_weight's math); an
@@ -175,82 +177,28 @@ class Experts {
       const std::size_t r0 = static_cast<std::size_t>(s.offsets[e]) * static_cast<std::size_t>(h);
       const std::size_t wn = static_cast<std::size_t>(f) * static_cast<std::size_t>(h);
       Weights& g = grads[e];
-      upload(lane, g.w1.data(), w, wn);
-      upload(lane, g.w3.data(), w + wn, wn);
-      upload(lane, g.w2.data(), w + 2 * wn, wn);
+      lane.upload(g.w1.data(), w, wn);
+      lane.upload(g.w3.data(), w + wn, wn);
+      lane.upload(g.w2.data(), w + 2 * wn, wn);
       lane.blas().gemm(true, false, f, h, m, 1, s.dh1.data() + s.mid[e], f, s.rows.data() + r0, h, 1, w, h);       // dh1^T x
       lane.blas().gemm(true, false, f, h, m, 1, s.dh3.data() + s.mid[e], f, s.rows.data() + r0, h, 1, w + wn, h);  // dh3^T x
       lane.blas().gemm(true, false, h, f, m, 1, s.d_out.data() + r0, h, s.act.data() + s.mid[e], f, 1, w + 2 * wn, f);
-      download(lane, w, g.w1.data(), wn);
-      download(lane, w + wn, g.w3.data(), wn);
-      download(lane, w + 2 * wn, g.w2.data(), wn);
+      lane.download(w, g.w1.data(), wn);
+      lane.download(w + wn, g.w3.data(), wn);
+      lane.download(w + 2 * wn, g.w2.data(), wn);
     }
   }
 
  private:
-  /// A cuBLAS handle, its stream and device scratch: one call's at a time.
-  struct LaneState {
-    Stream stream = Stream::create(0);
-    Blas blas{stream.get()};
-    DeviceBuffer<float> scratch;
-  };
-  struct Pool {
-    std::mutex mu;
-    std::vector<std::unique_ptr<LaneState>> free;
-    int device = 0;
-  };
-  /// Takes a lane from the pool (a new one when all are busy); gives it back, its stream
-  /// synchronised, at scope exit.
-  class Lane {
-   public:
-    explicit Lane(Pool& p) : pool_(p) {
-      DISAGMOE_CUDA_CHECK(cudaSetDevice(p.device));
-      {
-        std::lock_guard lock(p.mu);
-        if (!p.free.empty()) {
-          state_ = std::move(p.free.back());
-          p.free.pop_back();
-        }
-      }
-      if (state_ == nullptr) state_ = std::make_unique<LaneState>();
-    }
-    Lane(const Lane&) = delete;
-    Lane& operator=(const Lane&) = delete;
-    ~Lane() {
-      if (cudaStreamSynchronize(state_->stream.get()) != cudaSuccess) return;  // a broken lane is dropped
-      std::lock_guard lock(pool_.mu);
-      pool_.free.push_back(std::move(state_));
-    }
-    cudaStream_t stream() const { return state_->stream.get(); }
-    const Blas& blas() const { return state_->blas; }
-    DeviceBuffer<float>& scratch() { return state_->scratch; }
-
-   private:
-    Pool& pool_;
-    std::unique_ptr<LaneState> state_;
-  };
-
   static std::int64_t rows_of(const Saved& s, std::size_t e) { return s.offsets[e + 1] - s.offsets[e]; }
   static std::size_t max_weight(std::span<const Weights> ws) {
     std::size_t m = 0;
     for (const auto& w : ws) m = std::max(m, static_cast<std::size_t>(w.w1.size()));
     return m;
   }
-  /// Host -> device on the lane's stream (pageable source: returns once staged).
-  static void upload(Lane& lane, const float* src, float* dst, std::size_t n) {
-    if (n > 0)
-      DISAGMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, lane.stream()));
-  }
-  /// Device -> host after the lane's work so far; complete when this returns.
-  static void download(Lane& lane, const float* src, float* dst, std::size_t n) {
-    if (n > 0)
-      DISAGMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, lane.stream()));
-    DISAGMOE_CUDA_CHECK(cudaStreamSynchronize(lane.stream()));
-  }
-
   model::ReferenceExperts<float> host_;  // init and parameters: the same tensors and names
   ModelSpec spec_;
-  std::shared_ptr<Pool> pool_;
+  std::shared_ptr<LanePool> pool_;
 };
 
 static_assert(runtime::expert_compute<Experts>);

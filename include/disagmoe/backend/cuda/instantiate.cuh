@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file instantiate.cuh
-/// The launch functions of expert_launch.hpp (defined in expert_kernels.cuh), and
+/// The launch functions of expert_launch.hpp and compute_launch.hpp (defined in
+/// expert_kernels.cuh and compute_kernels.cuh), and
 /// explicit instantiations of the launch functions of launch.hpp for the row types
 /// float and __nv_bfloat16, int32 routing ids and int64 counts. Include it in exactly one
 /// nvcc-compiled TU of a program (a second copy is a duplicate definition at link time);
@@ -8,6 +9,7 @@
 /// compiler alone. nvcc only.
 #pragma once
 
+#include <disagmoe/backend/cuda/compute_kernels.cuh>
 #include <disagmoe/backend/cuda/expert_kernels.cuh>
 #include <disagmoe/backend/cuda/token_kernels.cuh>
 
