@@ -199,6 +199,35 @@ TEST_CASE("planner within 5% of the simulator on its own allocation (kernel and 
   }
 }
 
+TEST_CASE("the planner's F links carry the busiest F GPU's rows, as the simulator's do") {
+  // One node (every A↔F byte on NVLink) and a model without replicated FFN weights (no
+  // F-side all-reduce), so the F side's link time per step is exactly the bytes its
+  // busiest GPU receives over the simulated NVLink: the simulator's own link load is the
+  // oracle. 64 experts over 3 or 5 F GPUs put 22 or 13 on the busiest (more rows than
+  // the mean); over 4, 16 each (no excess).
+  auto m = disagmoe::model_preset("olmoe-1b-7b");
+  m.seq_len = 2048;
+  REQUIRE(m.shared_experts == 0);
+  for (int l = 0; l < m.layers; ++l) REQUIRE(m.is_moe_layer(l));
+  const auto c = disagmoe::parse_cluster_name("h800x128:1");
+  dp::PlanOptions o;
+  o.global_batch = 60 * m.micro_batch;  // whole waves for A groups of 3, 4 and 5
+  const dp::AnalyticModel model(m, c, o);
+  for (int f : {3, 4, 5}) {
+    const dp::Allocation x{1, c.gpus_per_node - f, f, 0, 0, false};
+    REQUIRE(model.valid(x));
+    const ds::Schedule s = ds::AFPipe{}.build(ds::af_problem(model, x));
+    double rx = 0;  // seconds of bytes on the F worker's NVLink receive side (resource 4w + 3)
+    for (const ds::Op& op : s.ops)
+      if (ds::is_comm(op.kind))
+        for (const auto& u : ds::detail::comm_uses(s, op))
+          if (u.resource == 4 * 1 + 3) rx += u.bytes / ds::detail::capacity(s, u.resource);
+    INFO("F GPUs " << f << ": busiest rows / mean " << model.ffn_link_imbalance(f));
+    CHECK((model.ffn_link_imbalance(f) > 1) == (m.experts % f != 0));
+    CHECK(model.estimate(x).ffn_network_seconds * model.micro_batches() == doctest::Approx(rx).epsilon(1e-9));
+  }
+}
+
 TEST_CASE("comm SM rule: hand counts of the planner's slow-down and the shares each send takes") {
   // 1 / (1 - f u), u = min(1, link / busy).
   CHECK(dp::comm_sm_slowdown(0.2, 1, 2) == doctest::Approx(1 / 0.9));

@@ -271,22 +271,13 @@ class AnalyticModel {
     }
     return best;
   }
-  /// Max over pairs of Σ bytes one micro-batch moves across one side's links per
-  /// pass-pair (dispatch + return of every layer of the pair), F group of `ffn_group`.
-  [[nodiscard]] double pair_bytes(int p, int ffn_group) const {
-    const double rows = moe_rows(ffn_group), t = double(m_.tokens_per_micro_batch());
-    double best = 0;
-    for (int i = 0; i < p; ++i) {
-      double s = 0;
-      for (int l = i; l < m_.layers; l += p) s += 2 * t * row_bytes_per_token_[l] * (m_.is_moe_layer(l) ? rows : 1);
-      best = std::max(best, s);
-    }
-    return best;
-  }
   /// Rows per token of an MoE layer sent to an F group of `g` (cost_model.hpp).
   [[nodiscard]] double moe_rows(int g) const {
     return o_.dedup ? expected_distinct_gpus(m_.experts, m_.top_k, g) : double(m_.top_k);
   }
+  /// The busiest F GPU's rows over the mean for an F group of `g` (ffn_busiest_rows):
+  /// the F side's links carry the MoE layers' A↔F bytes times this, as in the simulator.
+  [[nodiscard]] double ffn_link_imbalance(int g) const { return ffn_busiest_rows(m_, g, o_.dedup); }
   /// Bytes/s of one side's links: NICs (multi-node) or the GPUs' intra-node links.
   [[nodiscard]] double side_bandwidth(int p, int gpus_per_node, int nics_per_node) const {
     if (c_.nodes == 1) return double(gpus_per_node) / p * c_.intra_node_bandwidth * o_.efficiency.network;
@@ -380,13 +371,15 @@ class AnalyticModel {
     const double rows = moe_rows(gf), t = double(m_.tokens_per_micro_batch()), mb = micro_batches_;
     const double share = double((m_.experts + gf - 1) / gf) / m_.experts, gb = grad_bytes();
     const double ea = all_reduce_edges(ga) / bw_a / mb, ef = all_reduce_edges(gf) / bw_f / mb;
+    const double imb = ffn_link_imbalance(gf);
     double bound = 0;
     for (const PairSums& s : sums) {
-      const double bytes = 2 * t * (s.dense_row_bytes + s.moe_row_bytes * rows);
+      const double bytes_a = 2 * t * (s.dense_row_bytes + s.moe_row_bytes * rows);
+      const double bytes_f = 2 * t * (s.dense_row_bytes + s.moe_row_bytes * rows * imb);
       bound = std::max({bound, s.attention_s[x.recompute] / ga,
                         s.routed_s[x.recompute] * share + s.other_s[x.recompute] / gf,
-                        bytes / bw_a + ea * ring_all_reduce_bytes(s.attention_params * gb, ga),
-                        bytes / bw_f + ef * ring_all_reduce_bytes(s.ffn_params * gb, gf)});
+                        bytes_a / bw_a + ea * ring_all_reduce_bytes(s.attention_params * gb, ga),
+                        bytes_f / bw_f + ef * ring_all_reduce_bytes(s.ffn_params * gb, gf)});
     }
     return bound;
   }
@@ -414,7 +407,7 @@ class AnalyticModel {
     const double latency = c_.nodes == 1 ? c_.intra_node_latency : c_.nic_latency;
     const double grad_bytes = this->grad_bytes();
     const double mb = micro_batches_, rows = moe_rows(gf), t = double(m_.tokens_per_micro_batch());
-    const double share = double((m_.experts + gf - 1) / gf) / m_.experts;
+    const double share = double((m_.experts + gf - 1) / gf) / m_.experts, imb = ffn_link_imbalance(gf);
     // SMs the M2N kernels hold on both ends (ClusterSpec, per transport).
     const double sm = o_.m2n_uses_sms ? c_.kernel_comm_sm_fraction : c_.rdma_comm_sm_fraction;
     struct PairTimes {
@@ -424,15 +417,19 @@ class AnalyticModel {
     pairs.reserve(static_cast<std::size_t>(p));
     double busy = 0;
     for (int i = 0; i < p; ++i) {
-      double ta = 0, tf = 0, bytes = 0, params_a = edge_params(p, i), params_f = 0;
+      double ta = 0, tf = 0, bytes_a = 0, bytes_f = 0, params_a = edge_params(p, i), params_f = 0;
       for (int l : groups[i]) {
         ta += attention_s_[x.recompute][l];
         tf += routed_s_[x.recompute][l] * share + other_s_[x.recompute][l] / gf;
-        bytes += 2 * t * row_bytes_per_token_[l] * (m_.is_moe_layer(l) ? rows : 1);
+        const double moe = m_.is_moe_layer(l);
+        bytes_a += 2 * t * row_bytes_per_token_[l] * (moe ? rows : 1);
+        // The busiest F GPU receives and returns `imb` times the mean rows (the simulator's
+        // LayerCost::ffn_imbalance), so the F side's links carry that much more.
+        bytes_f += 2 * t * row_bytes_per_token_[l] * (moe ? rows * imb : 1);
         params_a += attention_params_[l];
         params_f += replicated_ffn_params_[l];
       }
-      const double a = ta / ga, f = tf, na = bytes / bw_a, nf = bytes / bw_f;
+      const double a = ta / ga, f = tf, na = bytes_a / bw_a, nf = bytes_f / bw_f;
       // Once per step: ring all-reduce of the replicated gradients (A: attention, norms,
       // router, embedding / head; F: shared experts, dense FFN), all_reduce_edges ring
       // edges of 2(g-1)/g of them on the side's links, amortised per micro-batch. This

@@ -24,7 +24,8 @@
 /// Every coefficient depends on one side's size and the shared (p, k, r) only, and is
 /// the slowest pair's (AnalyticModel::pair_sums): CA = max_i A compute of pair i; TF =
 /// max_i of F compute and F link time (A↔F bytes, which depend on the F group through
-/// the deduplicated rows, + the F group's gradient all-reduce); the A side's link time
+/// the deduplicated rows and its busiest GPU's share of them, + the F group's gradient
+/// all-reduce); the A side's link time
 /// is A↔F bytes (an F-side quantity, LA^i) plus its own all-reduce (RA^i), summed per
 /// pair so the rows take the max over pairs of the sum exactly. Only pairs that can be
 /// the largest get a row (detail::link_pairs: usually the pair with the embedding, the
@@ -230,17 +231,18 @@ inline AllocationMilp build_allocation_milp(const AnalyticModel& model, int only
           const int ff = fs[q], gf = model.group_size(p, ff);
           if (!multi && k + ff > gpn) continue;
           const double bw_f = multi ? model.side_bandwidth(p, 0, k) : model.side_bandwidth(p, ff, 0);
-          const double rows = model.moe_rows(gf);
+          const double rows = model.moe_rows(gf), imb = model.ffn_link_imbalance(gf);
           const double share = double((model.model().experts + gf - 1) / gf) / model.model().experts;
           const double edges = model.all_reduce_edges(gf) / bw_f / mb;
-          const auto bytes = [&](const AnalyticModel::PairSums& u) {
-            return 2 * tokens * (u.dense_row_bytes + u.moe_row_bytes * rows);
+          // A↔F bytes per micro-batch; the F side's busiest GPU moves `busiest` times the mean rows.
+          const auto bytes = [&](const AnalyticModel::PairSums& u, double busiest) {
+            return 2 * tokens * (u.dense_row_bytes + u.moe_row_bytes * rows * busiest);
           };
           Side x{ff, std::min(a_max[q], gpn - ff), 0, {}, -1};
           for (const AnalyticModel::PairSums& u : sums)
             x.stage = std::max({x.stage, ms * (u.routed_s[rc] * share + u.other_s[rc] / gf),
-                                ms * (bytes(u) / bw_f + edges * ring_all_reduce_bytes(u.ffn_params * gb, gf))});
-          for (int i : link_pairs) x.link.push_back(ms * bytes(sums[static_cast<std::size_t>(i)]) / bw_a);
+                                ms * (bytes(u, imb) / bw_f + edges * ring_all_reduce_bytes(u.ffn_params * gb, gf))});
+          for (int i : link_pairs) x.link.push_back(ms * bytes(sums[static_cast<std::size_t>(i)], 1.0) / bw_a);
           g.t.push_back(std::move(x));
         }
       }

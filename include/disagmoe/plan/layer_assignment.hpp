@@ -65,6 +65,30 @@ inline double ffn_busiest_share(const ModelSpec& m, int g) {
   return double((m.experts + g - 1) / g) * g / m.experts;
 }
 
+/// The busiest F GPU's A↔F rows of an MoE layer over the mean rows per GPU of its
+/// group of g (>= 1; exactly 1 when g divides E): holding c = ceil(E/g) experts, it
+/// receives a row from a token with probability 1 − C(E − c, k)/C(E, k) with
+/// deduplicated dispatch (the occupancy argument of expected_distinct_gpus, for one GPU
+/// of c experts), k·c/E rows without; the mean is rows_per_token / g
+/// (dispatch_rows_per_token). It receives and returns that many times the mean, so the
+/// planner charges the F side's links by it and the simulator scales the busiest GPU's
+/// transfers by it (LayerCost::ffn_imbalance). Clamped at 1: for uneven g the mean is
+/// the with-replacement approximation, which can exceed the exact busiest figure in
+/// corner cases. Precondition: 1 <= g <= E (ConfigError otherwise). O(k).
+inline double ffn_busiest_rows(const ModelSpec& m, int g, bool dedup) {
+  expect(g >= 1 && g <= m.experts, "ffn_group_size", g, "1 <= group <= experts (" + std::to_string(m.experts) + ")");
+  if (m.experts % g == 0) return 1.0;
+  const int c = (m.experts + g - 1) / g;
+  double hit = double(m.top_k) * c / m.experts;
+  if (dedup) {
+    double miss = 1;
+    for (int i = 0; i < m.top_k; ++i) miss *= std::max(0, m.experts - c - i) / double(m.experts - i);
+    hit = 1 - miss;
+  }
+  const double mean = dedup ? expected_distinct_gpus(m.experts, m.top_k, g) : double(m.top_k);
+  return std::max(1.0, hit * g / mean);
+}
+
 /// Bytes of one F worker: ceil(E / group) routed experts per MoE layer (expert
 /// parallel: not replicated, so ZeRO-1 cannot shard their optimizer states), the
 /// shared experts and dense FFNs (replicated over the F group, ZeRO-1 over it), and

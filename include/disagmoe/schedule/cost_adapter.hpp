@@ -164,32 +164,14 @@ inline void add_recompute(LayerCost& x, const CostOptions& o) {
 // The busiest GPU of an F group of `g` when the E experts of a layer do not split
 // evenly: it holds ceil(E / g) of them (plan/allocation.hpp's rule). Under uniform
 // routing its token-expert pairs, hence its expert FLOPs, are ceil(E/g)/E of the layer's
-// (`compute` is that over the even share 1/g), and with deduplicated dispatch it
-// receives a row from a token with probability 1 − C(E − c, k)/C(E, k) (the occupancy
-// argument of plan::expected_distinct_gpus, for one GPU holding c experts; k·c/E rows
-// without dedup). `rows(mean_rows)` is that over the mean rows per GPU, mean_rows / g.
-// Both are exactly 1 when g divides E.
+// (`compute` is that over the even share 1/g), and its A↔F rows are
+// plan::ffn_busiest_rows times the mean. Both are exactly 1 when g divides E.
 struct FfnShare {
   int experts = 1;       ///< ceil(E / g)
   double compute = 1;    ///< busiest GPU's expert work over the mean
-  bool even = true;
-  double hit = 0;        ///< rows per token the busiest GPU receives
-  int g = 1;
-  FfnShare(const ModelSpec& m, int group, bool dedup) : g(group) {
-    experts = (m.experts + g - 1) / g;
-    even = m.experts % g == 0;
-    compute = even ? 1.0 : double(experts) * g / m.experts;
-    if (dedup) {
-      double miss = 1;
-      for (int i = 0; i < m.top_k; ++i) miss *= std::max(0, m.experts - experts - i) / double(m.experts - i);
-      hit = 1 - miss;
-    } else {
-      hit = double(m.top_k) * experts / m.experts;
-    }
-  }
-  // (Clamped at 1: the planner's mean for uneven splits is the with-replacement
-  // approximation, which could exceed the exact busiest-GPU figure in corner cases.)
-  [[nodiscard]] double rows(double mean_rows) const { return even ? 1.0 : std::max(1.0, hit * g / mean_rows); }
+  double rows = 1;       ///< busiest GPU's rows over the mean (plan::ffn_busiest_rows)
+  FfnShare(const ModelSpec& m, int g, bool dedup)
+      : experts((m.experts + g - 1) / g), compute(plan::ffn_busiest_share(m, g)), rows(plan::ffn_busiest_rows(m, g, dedup)) {}
 };
 
 inline double model_flops_per_sequence_batch(const ModelSpec& m) {
@@ -341,7 +323,7 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
     x.expert_wgrad =
         detail::flops_seconds(rs.backward_weight * routed + os.backward_weight * scale, c, m.dtype, o.efficiency.ffn);
     detail::add_recompute(x, o);
-    x.ffn_imbalance = lc.moe ? busiest.rows(plan::dispatch_rows_per_token(m, l, d)) : 1.0;
+    x.ffn_imbalance = lc.moe ? busiest.rows : 1.0;
     x.dispatch_bytes = lc.dispatch_bytes;
     x.combine_bytes = lc.return_bytes * scale * x.ffn_imbalance;
     x.hidden_bytes = t * m.hidden * eb;
