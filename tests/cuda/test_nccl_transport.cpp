@@ -3,7 +3,7 @@
 // not), split, the unique-id file bootstrap, and a receive nobody sends turning into a
 // timeout and an abort instead of a hang. Host code; exit 77 without a device.
 #include <disagmoe/backend/cuda/memory.hpp>
-#include <disagmoe/backend/nccl/lanes.hpp>
+#include <disagmoe/comm/laned_transport.hpp>
 #include <disagmoe/backend/nccl/transport.hpp>
 
 #include <doctest/doctest.h>
@@ -149,7 +149,7 @@ TEST_CASE("channels posted in different orders cross on one communicator and not
   const auto crossed = crossed_self_exchange(t, n);  // NCCL matched by issue order, not tag
   CHECK(crossed[1] == std::vector<unsigned char>(n, 0x10));
   CHECK(crossed[0] == std::vector<unsigned char>(n, 0x11));
-  nccl::LanedTransport<nccl::Transport> laned(one_rank(), 2);  // one group over two communicators
+  comm::LanedTransport<nccl::Transport> laned(one_rank(), 2);  // one group over two communicators
   const auto got = crossed_self_exchange(laned, n);
   CHECK(got[0] == std::vector<unsigned char>(n, 0x10));
   CHECK(got[1] == std::vector<unsigned char>(n, 0x11));

@@ -75,6 +75,17 @@ concept transport =
       { t.split(members) } -> std::same_as<std::optional<std::remove_cvref_t<T>>>;
     };
 
+/// True unless `T` declares `static constexpr bool matches_tags = false;`: a transport
+/// that matches the messages between two ranks by issue order alone, per direction, and
+/// uses tags only to label errors (NCCL point-to-point: NCCL docs, "Point-to-point
+/// communication"). On such a transport two exchanges in flight on one group must be posted
+/// in the same order on both ends, or travel on a communicator each (comm/laned_transport.hpp).
+template <class T>
+inline constexpr bool matches_tags = true;
+template <class T>
+  requires requires { T::matches_tags; }
+inline constexpr bool matches_tags<T> = T::matches_tags;
+
 /// Element types that may travel as raw bytes (no pointers are fixed up on arrival).
 template <class E>
 concept wire_element = std::is_trivially_copyable_v<E> && !std::is_pointer_v<E>;

@@ -18,12 +18,12 @@
 ///    each side issues them, per direction. The concept's (peer, tag) matching therefore
 ///    holds when both sides post their messages to a peer in the same order, as one
 ///    M2NChannel does; `tag` only labels errors, and `max_tag()` is INT_MAX. Channels that
-///    share a group and are in flight at once need a communicator each (nccl/lanes.hpp).
+///    share a group and are in flight at once need a communicator each (comm/laned_transport.hpp); `matches_tags` is false.
 ///  - Groups: `group_begin` / `group_end` are ncclGroupStart / ncclGroupEnd; a post
 ///    outside a group is a group of its own. NCCL's group depth is per thread and spans
 ///    communicators: nested groups launch only at the thread's outermost ncclGroupEnd
 ///    (NCCL docs, "Group Calls"), so a group bracketing several transports (the lanes of
-///    nccl/lanes.hpp, comm::DualRoleGroup) completes every transport's group there, and
+///    comm/laned_transport.hpp, comm::DualRoleGroup) completes every transport's group there, and
 ///    each records its completion event only then. A transport must not be moved or
 ///    destroyed inside an open group. NCCL runs the groups of a communicator in
 ///    issue order on one stream: a group must not wait for a message its own rank sends
@@ -121,6 +121,8 @@ class Transport {
 
  public:
   using transport_concept = comm::transport_tag;
+  /// Matching by issue order per peer (see the file comment).
+  static constexpr bool matches_tags = false;
 
   /// A posted send or receive (default: none). Must not outlive its transport.
   class Request {
@@ -490,6 +492,6 @@ class Transport {
   std::unique_ptr<State> s_;
 };
 
-static_assert(comm::transport<Transport>);
+static_assert(comm::transport<Transport> && !comm::matches_tags<Transport>);
 
 }  // namespace disagmoe::nccl

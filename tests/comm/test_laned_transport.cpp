@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// nccl::LanedTransport on the host model of NCCL matching (in_order_transport.hpp) over
+// comm::LanedTransport on the host model of NCCL matching (in_order_transport.hpp) over
 // loopback worlds: two channels of one connection in flight at once, posted in opposite
 // orders by the A-ranks and the F-ranks, cross on one communicator and run correctly on
-// one lane each. Host code only: runs wherever the cuda preset builds.
-#include "../comm/exchange_cases.hpp"
+// one lane each.
+#include "exchange_cases.hpp"
 #include "in_order_transport.hpp"
 
 #include <disagmoe/backend/host/loopback_transport.hpp>
-#include <disagmoe/backend/nccl/lanes.hpp>
+#include <disagmoe/comm/laned_transport.hpp>
 
 #include <doctest/doctest.h>
 
@@ -18,7 +18,7 @@ using namespace disagmoe;
 using host::LoopbackTransport;
 using host::LoopbackWorld;
 using InOrder = nccl_model::InOrderTransport<LoopbackTransport>;
-using Laned = nccl::LanedTransport<InOrder>;
+using Laned = comm::LanedTransport<InOrder>;
 
 namespace {
 
@@ -160,7 +160,7 @@ TEST_CASE("lanes: tag t of a channel on lane t / kTagsPerChannel, control tags o
       (void)w.lane_of(3 * comm::kTagsPerChannel);
       FAIL("a tag beyond the lanes was accepted");
     } catch (const ConfigError& e) {
-      CHECK(std::string(e.what()).find("nccl::LanedTransport tag") != std::string::npos);
+      CHECK(std::string(e.what()).find("comm::LanedTransport tag") != std::string::npos);
       CHECK(std::string(e.what()).find("24") != std::string::npos);
     }
   });

@@ -28,6 +28,7 @@ template <disagmoe::comm::transport T>
 class InOrderTransport {
  public:
   using transport_concept = disagmoe::comm::transport_tag;
+  static constexpr bool matches_tags = false;
 
   /// What a message says it is, sent ahead of its bytes.
   struct Header {
