@@ -153,4 +153,11 @@ inline void check_close_parameters(const Parameters& ref, const Parameters& got)
   CHECK(worst < 1e-4);
 }
 
+/// Statistics and every parameter of `got` equal `ref`'s, bit for bit.
+inline void check_identical(const Run& ref, const Run& got) {
+  check_same_stats(ref.stats, got.stats);
+  REQUIRE(got.params.size() == ref.params.size());
+  CHECK(differing_parameters(ref.params, got.params) == 0);
+}
+
 }  // namespace disaggregated_test

@@ -6,6 +6,7 @@
 // Faults: a throwing expert stops its worker with an error naming it, the op and the
 // step, and every other worker with a timeout, within the deadline.
 #include "disaggregated_cases.hpp"
+#include "disaggregated_loopback.hpp"
 
 #include <disagmoe/backend/host/loopback_transport.hpp>
 #include <disagmoe/runtime/disaggregated_trainer.hpp>
@@ -31,34 +32,6 @@ namespace {
 
 using namespace disaggregated_test;
 
-template <class Experts_ = Experts>
-Run disaggregated(const dm::ModelSpec& spec, int m, const std::vector<Batch>& data, rt::DisaggregatedOptions opt,
-                  const Experts_& experts) {
-  const mo::DecoderOptions o;
-  const int size = rt::world_size(opt);
-  dm::host::LoopbackWorld world(size);
-  Run r;
-  std::mutex mu;
-  std::vector<std::vector<rt::StepStats>> per_rank(static_cast<std::size_t>(size));
-  dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& t) {
-    rt::DisaggregatedTrainer<Attention, Experts_, dm::host::LoopbackTransport> tr(Attention(spec, o), experts, spec,
-                                                                                 train_options(m), opt, t);
-    for (const auto& b : data) per_rank[static_cast<std::size_t>(t.rank())].push_back(tr.step(b.view()));
-    const std::lock_guard lock(mu);
-    if (tr.attention() != nullptr && tr.rank_in_worker() == 0) collect(tr.attention()->parameters(), r.params);
-    if (tr.experts() != nullptr) collect(tr.experts()->parameters(), r.params);
-  });
-  for (const auto& s : per_rank) {  // every worker reports the same statistics
-    REQUIRE(s.size() == data.size());
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      CHECK(s[i].loss == per_rank[0][i].loss);
-      CHECK(s[i].grad_norm == per_rank[0][i].grad_norm);
-    }
-  }
-  r.stats = per_rank[0];
-  return r;
-}
-
 // The same run through a `Pipeline` type composed from `policy`'s type.
 template <class Policy>
 Run pipeline_run(const Policy& policy, const dm::ModelSpec& spec, int m, const std::vector<Batch>& data,
@@ -80,12 +53,6 @@ Run pipeline_run(const Policy& policy, const dm::ModelSpec& spec, int m, const s
     if (tr.experts() != nullptr) collect(tr.experts()->parameters(), r.params);
   });
   return r;
-}
-
-void check_identical(const Run& ref, const Run& got) {
-  check_same_stats(ref.stats, got.stats);
-  REQUIRE(got.params.size() == ref.params.size());
-  CHECK(differing_parameters(ref.params, got.params) == 0);
 }
 
 }  // namespace

@@ -20,6 +20,15 @@
 /// ranks: its dispatch and combine are the all-to-all of colocated EP, run by the same
 /// send-once layout, kernels and summation contract as AF-Pipe's M2N / N2M exchange.
 ///
+/// On a transport that matches messages by issue order per peer instead of by tag (NCCL;
+/// `comm::matches_tags<Transport>` false), the channels of one group in flight at once
+/// would cross (an F-rank serving micro-batch 1 before micro-batch 0 receives 0's rows).
+/// Each pair and hand-off group is then a `comm::LanedTransport` with one communicator per
+/// channel on it (its tag range; MoE layers of the pair x micro-batches): within a channel
+/// both ends post in the channel's protocol order, step after step, so per-peer issue
+/// order matches. Colocated baselines over such a transport are refused (their dual-role
+/// ends share the worker's group: not laned yet).
+///
 /// The channels' kernels run on `Backend`'s comm stream (for the host back end: served by
 /// the thread that drives the exchange, the executor's comm stream, so results are there
 /// when a call returns).
@@ -28,6 +37,7 @@
 #include <disagmoe/backend/host/backend.hpp>
 #include <disagmoe/comm/all_gather.hpp>
 #include <disagmoe/comm/dual_role.hpp>
+#include <disagmoe/comm/laned_transport.hpp>
 #include <disagmoe/comm/m2n_channel.hpp>
 #include <disagmoe/comm/transport.hpp>
 #include <disagmoe/error.hpp>
@@ -35,6 +45,7 @@
 #include <disagmoe/runtime/parameter_set.hpp>
 #include <disagmoe/spec/model_spec.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -42,6 +53,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -68,6 +80,8 @@ class ChannelExchange {
     const int me = world.rank(), worker = ranks.worker_of(me);
     const int pair = ranks.colocated ? worker : worker % ranks.pairs;
     const bool attention = ranks.colocated || worker < ranks.pairs;
+    expect(!ranks.colocated || comm::matches_tags<Transport>, "colocated expert parallelism over a transport",
+           "matching by issue order (NCCL)", "a transport that matches tags (MPI, loopback): not laned yet");
     auto handed_to = [&](int i) {  // the attention worker pair i's hand-off layers return to, or -1
       for (int l = 0; l + 1 < spec.layers; ++l)
         if (layer_worker[static_cast<std::size_t>(l)] == i && spec.is_moe_layer(l) && hand_off[static_cast<std::size_t>(l)])
@@ -82,12 +96,16 @@ class ChannelExchange {
       if (a) attention_group_.emplace(std::move(*a));
       if (ranks.colocated) continue;
       for (int r = 0; r < ranks.ffn_ranks; ++r) members.push_back(ranks.world_rank(ranks.pairs + i, r));
+      // One lane per channel of pair i: its MoE layers (tag ranges by their ordinal) x micro-batches.
+      int channels = 0;
+      for (int l = 0; l < spec.layers; ++l)
+        if (layer_worker[static_cast<std::size_t>(l)] == i && spec.is_moe_layer(l)) channels += micro_batches;
       auto plain = world.split(members);
-      if (plain) pair_group_.emplace(std::move(*plain));
+      if (plain) pair_group_.emplace(lay_out(std::move(*plain), channels));
       const int next = handed_to(i);
       if (next < 0) continue;
       for (int r = 0; r < ranks.attention_ranks; ++r) members.push_back(ranks.world_rank(next, r));
-      hand_off_group_[static_cast<std::size_t>(i)] = world.split(members);
+      if (auto handed = world.split(members)) hand_off_group_[static_cast<std::size_t>(i)].emplace(lay_out(std::move(*handed), channels));
     }
     if (ranks.colocated) {
       dual_ = std::make_unique<comm::DualRoleGroup<Transport>>(*attention_group_);
@@ -118,9 +136,9 @@ class ChannelExchange {
              "at most " + std::to_string(comm::kHandshakeTag / comm::kTagsPerChannel) +
                  " (MoE layers per pair x micro-batches; MPI tags end at 32767)");
       if (!ranks.colocated) {
-        Transport& group = handed ? *hand_off_group_[static_cast<std::size_t>(i)] : *pair_group_;
+        Group& group = handed ? *hand_off_group_[static_cast<std::size_t>(i)] : *pair_group_;
         auto* conn = connections_.emplace_back(
-            std::make_unique<comm::M2NConnection<Transport>>(group, std::move(c), sizeof(T), micro_batches)).get();
+            std::make_unique<comm::M2NConnection<Group>>(group, std::move(c), sizeof(T), micro_batches)).get();
         for (int j = 0; j < micro_batches; ++j) channels_[{l, j}] = std::make_unique<Channel>(*conn, j, backend_, stream_);
         continue;
       }
@@ -219,17 +237,24 @@ class ChannelExchange {
   }
   static std::size_t bytes_of(const Matrix& m) { return static_cast<std::size_t>(m.size()) * sizeof(T); }
 
+  // A pair or hand-off group: laned where the transport matches by issue order (file comment).
+  using Group = std::conditional_t<comm::matches_tags<Transport>, Transport, comm::LanedTransport<Transport>>;
+  static Group lay_out(Transport group, int channels) {
+    if constexpr (comm::matches_tags<Transport>) return group;
+    else return Group(std::move(group), std::max(channels, 1));
+  }
   using End = comm::DualRoleTransport<Transport>;
-  using Channel = comm::M2NChannel<Transport, Backend, T>;
+  using Channel = comm::M2NChannel<Group, Backend, T>;
   using EndChannel = comm::M2NChannel<End, Backend, T>;
 
   ModelSpec spec_;
   std::chrono::milliseconds timeout_;
   Backend backend_{};
   typename Backend::Stream stream_ = backend_.comm_stream();
-  std::optional<Transport> pair_group_, attention_group_;
-  std::vector<std::optional<Transport>> hand_off_group_;  // by pair: (A_i, F_i, next attention worker)
-  std::vector<std::unique_ptr<comm::M2NConnection<Transport>>> connections_;  // one per layer
+  std::optional<Transport> attention_group_;
+  std::optional<Group> pair_group_;
+  std::vector<std::optional<Group>> hand_off_group_;  // by pair: (A_i, F_i, next attention worker)
+  std::vector<std::unique_ptr<comm::M2NConnection<Group>>> connections_;  // one per layer
   std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels_;       // (layer, mb)
   // Colocated: the worker's dual-role view, its two ends, and both channel ends per (layer, mb).
   std::unique_ptr<comm::DualRoleGroup<Transport>> dual_;

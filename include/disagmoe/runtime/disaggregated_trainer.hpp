@@ -5,8 +5,11 @@
 /// attention on A_{l mod p} and its experts on F_{l mod p}, driven by the very op lists
 /// that `schedule::AFPipe` emits for the simulator, lowered to per-worker programs
 /// (schedule/lowering.hpp) and run on three streams per rank (runtime/worker_executor.hpp)
-/// over any `comm::transport` (loopback threads, MPI processes) whose ranks are the A
-/// workers' (A_0's M first) then the F workers'. Every rank calls the same functions with
+/// over any `comm::transport` (loopback threads, MPI processes, NCCL) whose ranks are the A
+/// workers' (A_0's M first) then the F workers'. On a transport that matches by issue
+/// order per peer (NCCL: `comm::matches_tags` false) the channels travel on lanes
+/// (runtime/channel_exchange.hpp) and every message on the world is posted by both ends
+/// at one position of the lowering's agreed order (`post_beside_receives`). Every rank calls the same functions with
 /// the same batch (SPMD). Design notes: docs/afpipe-runtime.md.
 ///
 /// With one rank per worker it trains exactly the model `ColocatedTrainer` trains, bit for
@@ -59,6 +62,7 @@
 #include <disagmoe/schedule/lowering.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -166,6 +170,7 @@ class DisaggregatedTrainer {
         exec.epoch = std::chrono::steady_clock::now();
       }
       if (channel_) {
+        post_beside_receives(comm_position(0));
         ChannelHandler handler{*this};
         timeline_ = run_worker(schedule_, program(), handler, exec);
         finish_channel_step();
@@ -295,8 +300,12 @@ class DisaggregatedTrainer {
   };
   struct ChannelHandler {
     DisaggregatedTrainer& t;
+    std::size_t started = 0;  // tasks start strictly in program order
     void compute(int op) { t.run_compute(op); }
-    void start(const schedule::Task& task) { t.start_exchange(task); }
+    void start(const schedule::Task& task) {
+      t.start_exchange(task);
+      t.post_beside_receives(t.comm_position(++started));
+    }
     bool progress(const schedule::Task& task) { return t.progress_exchange(task); }
   };
 
@@ -360,8 +369,10 @@ class DisaggregatedTrainer {
           combine_dispatch_[combine_dispatch_index(o.micro_batch, o.layer, o.backward)] = static_cast<int>(id);
       }
       sequences_per_micro_batch_ = per;
+      beside_ = beside_receives();
       check_same_program();
     }
+    beside_next_ = 0;
     tokens_ = static_cast<std::size_t>(per / m_ranks_) * static_cast<std::size_t>(spec_.seq_len);
     batch_ = batch;
     cells_.assign(static_cast<std::size_t>(m) * static_cast<std::size_t>(spec_.layers), Cell{});
@@ -765,6 +776,57 @@ class DisaggregatedTrainer {
     });
   }
 
+  /// A message beside a channel's hand-off that this rank receives, and the position in the
+  /// agreed order of the op whose start posts it on the sender.
+  struct BesideReceive {
+    int position = 0, id = -1, from = -1, layer = 0, micro_batch = 0;
+    bool backward = false;
+  };
+
+  /// This rank's beside receives of a step in the order their senders post them. The sender
+  /// posts the residual with its dispatch and dL/dy with its backward dispatch, not at the
+  /// receiver's fused op, so on a transport that matches by issue order per peer (NCCL)
+  /// receives posted at the fused op could match another message from that rank.
+  std::vector<BesideReceive> beside_receives() const {
+    std::map<std::pair<int, int>, int> dispatch;  // (layer, micro-batch) -> forward dispatch op
+    for (std::size_t id = 0; id < schedule_.ops.size(); ++id) {
+      const schedule::Op& o = schedule_.ops[id];
+      if (o.kind == schedule::OpKind::kDispatch && !o.backward) dispatch[{o.layer, o.micro_batch}] = static_cast<int>(id);
+    }
+    auto position = [&](int id) { return lowered_.position[static_cast<std::size_t>(id)]; };
+    std::vector<BesideReceive> out;
+    for (int l = 0; l < spec_.layers; ++l) {
+      if (!handed_off(l)) continue;
+      for (int j = 0; j < train_.micro_batches; ++j) {
+        if (attention_worker(l + 1) == worker_)
+          out.push_back({position(dispatch.at({l, j})), combine_dispatch_op(j, l, false), attention_worker(l), l, j, false});
+        if (attention_worker(l) == worker_) {
+          const int id = combine_dispatch_op(j, l, true);
+          out.push_back({position(id), id, attention_worker(l + 1), l, j, true});
+        }
+      }
+    }
+    std::sort(out.begin(), out.end(), [](const BesideReceive& a, const BesideReceive& b) { return a.position < b.position; });
+    return out;
+  }
+
+  /// Posts the beside receives whose senders post before agreed position `before`: called
+  /// before the comm stream's first task and after each start with the next task's
+  /// position, so each is posted where a receive task of its own would stand in the
+  /// program (no dependencies; schedule/lowering.hpp's order argument then covers it).
+  void post_beside_receives(int before) {
+    for (; beside_next_ < beside_.size() && beside_[beside_next_].position < before; ++beside_next_) {
+      const BesideReceive& b = beside_[beside_next_];
+      Cell& c = cell(b.micro_batch, b.layer);
+      (void)received_beside(b.id, b.from, b.backward ? c.dy : c.residual);
+    }
+  }
+  /// Agreed position of this worker's k-th comm task (INT_MAX past the last).
+  int comm_position(std::size_t k) const {
+    const auto& tasks = program().streams[static_cast<std::size_t>(schedule::Stream::kComm)];
+    return k < tasks.size() ? lowered_.position[static_cast<std::size_t>(tasks[k].op)] : INT_MAX;
+  }
+
   /// Stage alignment over a channel: rank a of one attention worker sends `m` (tokens x
   /// hidden, kept until the step ends) to rank a of attention worker `to`, tagged by the
   /// fused op `id` it travels beside.
@@ -866,6 +928,8 @@ class DisaggregatedTrainer {
   RankLayout ranks_;
   std::optional<ChannelExchange<Transport, T, Backend>> exchange_;
   std::vector<int> combine_dispatch_;  // fused op of (backward, micro-batch, layer), -1: none
+  std::vector<BesideReceive> beside_;  // this rank's, in the senders' order
+  std::size_t beside_next_ = 0;        // the first not yet posted this step
   std::vector<float> d_gates_;                                  // channel mode: dL/dgate of one exchange
   std::optional<AttentionStage<Attention>> attention_;
   std::optional<ExpertStage<Experts>> experts_;
