@@ -3,8 +3,8 @@
 // not), split, the unique-id file bootstrap, and a receive nobody sends turning into a
 // timeout and an abort instead of a hang. Host code; exit 77 without a device.
 #include <disagmoe/backend/cuda/memory.hpp>
-#include <disagmoe/comm/laned_transport.hpp>
 #include <disagmoe/backend/nccl/transport.hpp>
+#include <disagmoe/comm/laned_transport.hpp>
 
 #include <doctest/doctest.h>
 

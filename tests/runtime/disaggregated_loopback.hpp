@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The disaggregated trainer on loopback worker threads, one per rank, each rank's transport
-// optionally wrapped (e.g. by the host model of NCCL's issue-order matching): the run the
-// loopback tests compare with the colocated reference (disaggregated_cases.hpp).
+// The disaggregated trainer on one thread per rank, over any transport (the GPU test runs
+// it over NCCL), and on loopback threads with each rank's transport optionally wrapped
+// (e.g. by the host model of NCCL's issue-order matching): the runs the tests compare
+// with the colocated reference (disaggregated_cases.hpp).
 #pragma once
 
 #include "disaggregated_cases.hpp"
@@ -12,6 +13,7 @@
 #include <doctest/doctest.h>
 
 #include <mutex>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -22,22 +24,19 @@ struct Unwrapped {
   dm::host::LoopbackTransport operator()(dm::host::LoopbackTransport t) const { return t; }
 };
 
-/// Trains on `data` with `opt` on `rt::world_size(opt)` loopback threads, the world of
-/// each rank being `wrap(its loopback transport)`; checks that every rank reports the
-/// same statistics and returns rank 0's with every worker's final parameters. Rethrows
-/// the first rank's error.
-template <class Experts_ = Experts, class Wrap = Unwrapped>
-Run disaggregated(const dm::ModelSpec& spec, int m, const std::vector<Batch>& data, rt::DisaggregatedOptions opt,
-                  const Experts_& experts, Wrap wrap = {}) {
-  using World = decltype(wrap(std::declval<dm::host::LoopbackTransport>()));
+/// Trains on `data` with `opt` on every rank that `for_each_rank(body)` runs (it calls
+/// `body(world transport)` once per rank of `rt::world_size(opt)`, concurrently, and
+/// rethrows the first error); checks that every rank reports the same statistics and
+/// returns rank 0's with every worker's final parameters.
+template <class Experts_, class ForEachRank>
+Run disaggregated_on(ForEachRank&& for_each_rank, const dm::ModelSpec& spec, int m, const std::vector<Batch>& data,
+                     const rt::DisaggregatedOptions& opt, const Experts_& experts) {
   const mo::DecoderOptions o;
-  const int size = rt::world_size(opt);
-  dm::host::LoopbackWorld world(size);
   Run r;
   std::mutex mu;
-  std::vector<std::vector<rt::StepStats>> per_rank(static_cast<std::size_t>(size));
-  dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& t) {
-    World w = wrap(std::move(t));
+  std::vector<std::vector<rt::StepStats>> per_rank(static_cast<std::size_t>(rt::world_size(opt)));
+  for_each_rank([&](auto& w) {
+    using World = std::remove_cvref_t<decltype(w)>;
     rt::DisaggregatedTrainer<Attention, Experts_, World> tr(Attention(spec, o), experts, spec, train_options(m), opt, w);
     for (const auto& b : data) per_rank[static_cast<std::size_t>(w.rank())].push_back(tr.step(b.view()));
     const std::lock_guard lock(mu);
@@ -53,6 +52,21 @@ Run disaggregated(const dm::ModelSpec& spec, int m, const std::vector<Batch>& da
   }
   r.stats = per_rank[0];
   return r;
+}
+
+/// `disaggregated_on` loopback threads, the world of each rank being `wrap(its loopback
+/// transport)`.
+template <class Experts_ = Experts, class Wrap = Unwrapped>
+Run disaggregated(const dm::ModelSpec& spec, int m, const std::vector<Batch>& data, const rt::DisaggregatedOptions& opt,
+                  const Experts_& experts, Wrap wrap = {}) {
+  const dm::host::LoopbackWorld world(rt::world_size(opt));
+  auto on_threads = [&](auto&& body) {
+    dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& t) {
+      auto w = wrap(std::move(t));
+      body(w);
+    });
+  };
+  return disaggregated_on(on_threads, spec, m, data, opt, experts);
 }
 
 }  // namespace disaggregated_test
