@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <string>
 #include <vector>
 
 namespace {
@@ -76,5 +77,20 @@ TEST_CASE("in-order transport: groups of ranks (M2NChannel fan-out, hand-offs) m
     check_close_stats(ref.stats, got.stats);
     REQUIRE(got.params.size() == ref.params.size());
     check_close_parameters(ref.params, got.params);
+  }
+}
+
+TEST_CASE("in-order transport: colocated baselines are refused by name (their dual-role ends are not laned)") {
+  const auto spec = spec_of(3, 2, 0, 0);
+  const auto data = batches(1, 4, spec.seq_len);
+  rt::DisaggregatedOptions opt;
+  opt.schedule = rt::ScheduleKind::kOneFOneB;
+  opt.pairs = 1;
+  opt.attention_ranks = opt.ffn_ranks = 2;
+  try {
+    (void)disaggregated(spec, 2, data, opt, Experts(spec, {}), in_order);
+    FAIL("a colocated baseline ran over an in-order transport");
+  } catch (const dm::ConfigError& e) {
+    CHECK(std::string(e.what()).find("colocated expert parallelism over a transport") != std::string::npos);
   }
 }
