@@ -5,7 +5,8 @@
 // micro-batches' channels in flight on the pair and hand-off groups, which the channel
 // exchange lays on lanes (comm/laned_transport.hpp), and the residual and dL/dy beside the
 // hand-offs, which the receivers post in their senders' order. Equal to the colocated
-// reference as over loopback (test_disaggregated.cpp).
+// reference as over loopback (test_disaggregated.cpp). Without the lanes (ChannelExchange's
+// groups left as the plain transport) both cases fail within the executor's deadline.
 #include "../comm/in_order_transport.hpp"
 #include "disaggregated_cases.hpp"
 #include "disaggregated_loopback.hpp"
