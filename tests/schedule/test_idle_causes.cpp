@@ -24,21 +24,20 @@ ds::Schedule two_workers(double latency = 0, bool in_order = false) {
   return s;
 }
 int work(ds::Schedule& s, int w, double sec, std::vector<int> deps = {}) {
-  ds::Op o;
-  o.worker = w;
-  o.seconds = sec;
-  o.deps = std::move(deps);
-  return s.add(std::move(o));
+  return s.add({.worker = w, .seconds = sec, .deps = std::move(deps)});
 }
 int send(ds::Schedule& s, int from, int to, double bytes, std::vector<int> deps = {}) {
-  ds::Op o;
-  o.kind = ds::OpKind::kSend;
-  o.stream = ds::Stream::kComm;
-  o.worker = from;
-  o.peer = to;
-  o.bytes = bytes;
-  o.deps = std::move(deps);
-  return s.add(std::move(o));
+  return s.add({.kind = ds::OpKind::kSend, .stream = ds::Stream::kComm, .worker = from, .peer = to, .bytes = bytes,
+                .deps = std::move(deps)});
+}
+// W0 computes 1 s -> sends 200 B to W1 -> W1 computes 2 s -> sends 100 B back -> W0
+// computes 1 s.
+void round_trip(ds::Schedule& s) {
+  const int a = work(s, 0, 1.0);
+  const int x = send(s, 0, 1, 200, {a});
+  const int f = work(s, 1, 2.0, {x});
+  const int y = send(s, 1, 0, 100, {f});
+  work(s, 0, 1.0, {y});
 }
 // Every worker: busy + the causes = the step (exactly here: every time is a dyadic
 // rational, so the simulator's sums and these are exact).
@@ -93,11 +92,7 @@ TEST_CASE("idle causes: a chain of compute, latency and bytes is split at each l
   // W1: [0, 3.5) = 1 peer + 0.5 latency + 2 network; tail [5.5, 8) = 0.5 latency + 1 network + 1 peer.
   // W0: [1, 7) = 0.5 latency + 2 network + 2 peer + 0.5 latency + 1 network.
   auto s = two_workers(0.5);
-  const int a = work(s, 0, 1.0);
-  const int x = send(s, 0, 1, 200, {a});
-  const int f = work(s, 1, 2.0, {x});
-  const int y = send(s, 1, 0, 100, {f});
-  work(s, 0, 1.0, {y});
+  round_trip(s);
   const auto r = ds::simulate(s);
   REQUIRE(r.step_seconds == 8.0);
   const auto c = ds::idle_causes(s, r);
@@ -135,11 +130,7 @@ TEST_CASE("side breakdown: idle causes per side, GPU-weighted, add up to the ste
   s.workers[1].role = ds::Role::kFfn;
   s.workers[1].gpus = 3;
   s.workers[1].nodes = 3;
-  const int a = work(s, 0, 1.0);
-  const int x = send(s, 0, 1, 200, {a});
-  const int f = work(s, 1, 2.0, {x});
-  const int y = send(s, 1, 0, 100, {f});
-  work(s, 0, 1.0, {y});
+  round_trip(s);
   const auto r = ds::simulate(s);
   const auto b = ds::side_breakdown(s, r);
   CHECK(b.ffn.gpus == 3);
