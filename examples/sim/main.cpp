@@ -156,6 +156,9 @@ int main(int argc, char** argv) {
                  "cluster's kernel_comm_sm_fraction)");
   app.add_flag("--rdma-m2n", rdma_m2n,
                "AF-Pipe's M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction) instead of kernels");
+  app.add_flag("--embedding-head", cost.embedding_head,
+               "schedule the embedding and output head as ops on the first and last layer's worker (AF-Pipe: its A "
+               "groups)");
   app.add_flag("--no-dedup", no_dedup, "send one row per chosen expert instead of one per destination GPU");
   app.add_flag("--json", as_json, "print one JSON object");
   app.add_option("--trace", trace, "write the timeline as Chrome trace JSON (Perfetto)")->check(disagmoe::cli::kPath);
