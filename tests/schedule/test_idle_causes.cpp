@@ -39,11 +39,23 @@ void round_trip(ds::Schedule& s) {
   const int y = send(s, 1, 0, 100, {f});
   work(s, 0, 1.0, {y});
 }
-// Every worker: busy + the causes = the step (exactly here: every time is a dyadic
-// rational, so the simulator's sums and these are exact).
-void check_sums(const ds::Schedule& s, const ds::SimResult& r, const std::vector<ds::IdleCauses>& c) {
+// The idle causes of `s`, simulated in `step` seconds; every worker's busy time and
+// causes add up to the step (exactly here: every time is a dyadic rational, so the
+// simulator's sums and these are exact).
+std::vector<ds::IdleCauses> causes_of(const ds::Schedule& s, double step) {
+  const auto r = ds::simulate(s);
+  REQUIRE(r.step_seconds == step);
+  const auto c = ds::idle_causes(s, r);
   REQUIRE(c.size() == s.workers.size());
   for (std::size_t w = 0; w < c.size(); ++w) CHECK(r.workers[w].busy_seconds + c[w].total() == r.step_seconds);
+  return c;
+}
+// The four causes of one worker, exactly.
+void check_causes(const ds::IdleCauses& c, double network, double latency, double peer, double other) {
+  CHECK(c.network_seconds == network);
+  CHECK(c.latency_seconds == latency);
+  CHECK(c.peer_compute_seconds == peer);
+  CHECK(c.other_seconds == other);
 }
 }  // namespace
 
@@ -56,15 +68,9 @@ TEST_CASE("idle causes: a wait behind a transfer's bytes is network") {
   const int x = send(s, 0, 1, 300, {a});
   const int b = work(s, 1, 1.0);
   work(s, 1, 1.0, {b, x});
-  const auto r = ds::simulate(s);
-  REQUIRE(r.step_seconds == 5.0);
-  const auto c = ds::idle_causes(s, r);
-  check_sums(s, r, c);
-  CHECK(c[1].network_seconds == 3.0);
-  CHECK(c[1].peer_compute_seconds == 0.0);
-  CHECK(c[1].latency_seconds == 0.0);
-  CHECK(c[0].network_seconds == 3.0);
-  CHECK(c[0].peer_compute_seconds == 1.0);
+  const auto c = causes_of(s, 5.0);
+  check_causes(c[1], 3.0, 0.0, 0.0, 0.0);
+  check_causes(c[0], 3.0, 0.0, 1.0, 0.0);
 }
 
 TEST_CASE("idle causes: a wait on a peer's compute is imbalance even while a transfer touches the worker") {
@@ -75,14 +81,10 @@ TEST_CASE("idle causes: a wait on a peer's compute is imbalance even while a tra
   const int a = work(s, 0, 3.0);
   send(s, 0, 1, 200);
   work(s, 1, 1.0, {a});
-  const auto r = ds::simulate(s);
-  REQUIRE(r.step_seconds == 4.0);
-  CHECK(r.workers[1].exposed_comm_seconds == 2.0);
-  const auto c = ds::idle_causes(s, r);
-  check_sums(s, r, c);
-  CHECK(c[1].peer_compute_seconds == 3.0);
-  CHECK(c[1].network_seconds == 0.0);
-  CHECK(c[0].peer_compute_seconds == 1.0);  // the tail: W1's compute ends the step
+  CHECK(ds::simulate(s).workers[1].exposed_comm_seconds == 2.0);
+  const auto c = causes_of(s, 4.0);
+  check_causes(c[1], 0.0, 0.0, 3.0, 0.0);
+  check_causes(c[0], 0.0, 0.0, 1.0, 0.0);  // the tail: W1's compute ends the step
 }
 
 TEST_CASE("idle causes: a chain of compute, latency and bytes is split at each link") {
@@ -93,17 +95,9 @@ TEST_CASE("idle causes: a chain of compute, latency and bytes is split at each l
   // W0: [1, 7) = 0.5 latency + 2 network + 2 peer + 0.5 latency + 1 network.
   auto s = two_workers(0.5);
   round_trip(s);
-  const auto r = ds::simulate(s);
-  REQUIRE(r.step_seconds == 8.0);
-  const auto c = ds::idle_causes(s, r);
-  check_sums(s, r, c);
-  CHECK(c[1].peer_compute_seconds == 2.0);
-  CHECK(c[1].latency_seconds == 1.0);
-  CHECK(c[1].network_seconds == 3.0);
-  CHECK(c[0].peer_compute_seconds == 2.0);
-  CHECK(c[0].latency_seconds == 1.0);
-  CHECK(c[0].network_seconds == 3.0);
-  CHECK(c[0].other_seconds == 0.0);
+  const auto c = causes_of(s, 8.0);
+  check_causes(c[1], 3.0, 1.0, 2.0, 0.0);
+  check_causes(c[0], 3.0, 1.0, 2.0, 0.0);
 }
 
 TEST_CASE("idle causes: a transfer queued behind another on an in-order comm stream waits on the network") {
@@ -114,13 +108,8 @@ TEST_CASE("idle causes: a transfer queued behind another on an in-order comm str
   send(s, 0, 1, 100);
   const int y = send(s, 0, 1, 200);
   work(s, 1, 1.0, {y});
-  const auto r = ds::simulate(s);
-  REQUIRE(r.step_seconds == 4.0);
-  const auto c = ds::idle_causes(s, r);
-  check_sums(s, r, c);
-  CHECK(c[1].network_seconds == 3.0);
-  CHECK(c[1].peer_compute_seconds == 0.0);
-  CHECK(c[1].other_seconds == 0.0);
+  const auto c = causes_of(s, 4.0);
+  check_causes(c[1], 3.0, 0.0, 0.0, 0.0);
 }
 
 TEST_CASE("side breakdown: idle causes per side, GPU-weighted, add up to the step") {
