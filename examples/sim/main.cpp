@@ -40,7 +40,15 @@ disagmoe::plan::Allocation planned_allocation(const disagmoe::ModelSpec& m, cons
   return disagmoe::plan::AdaptiveAllocator(m, c, ds::plan_options(cost, knobs)).plan().allocation;
 }
 
-json worker_json(const ds::Worker& w, const ds::WorkerMetrics& m) {
+// Idle seconds by what the worker waits for (schedule/idle_causes.hpp).
+json idle_json(const ds::IdleCauses& c) {
+  return {{"network_seconds", c.network_seconds},
+          {"latency_seconds", c.latency_seconds},
+          {"peer_compute_seconds", c.peer_compute_seconds},
+          {"other_seconds", c.other_seconds}};
+}
+
+json worker_json(const ds::Worker& w, const ds::WorkerMetrics& m, const ds::IdleCauses& idle) {
   return {{"name", w.name},
           {"role", std::string(ds::to_string(w.role))},
           {"gpus", w.gpus},
@@ -49,6 +57,7 @@ json worker_json(const ds::Worker& w, const ds::WorkerMetrics& m) {
           {"bubble_fraction", m.bubble_fraction},
           {"comm_seconds", m.comm_seconds},
           {"exposed_comm_seconds", m.exposed_comm_seconds},
+          {"idle", idle_json(idle)},
           {"peak_activation_bytes", m.peak_activation_bytes},
           {"peak_memory_bytes", m.peak_memory_bytes}};
 }
@@ -57,19 +66,21 @@ json side_json(const ds::SideTime& t) {
   return {{"gpus", t.gpus},
           {"busy_seconds", t.busy_seconds},
           {"exposed_comm_seconds", t.exposed_comm_seconds},
-          {"waiting_seconds", t.waiting_seconds}};
+          {"waiting_seconds", t.waiting_seconds},
+          {"idle", idle_json(t.idle)}};
 }
 
 json result_json(const ds::Simulated& s, const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c) {
   const auto& r = s.result;
-  const ds::SideBreakdown sides = ds::side_breakdown(s.schedule, r);
+  const std::vector<ds::IdleCauses> idle = ds::idle_causes(s.schedule, r);
+  const ds::SideBreakdown sides = ds::side_breakdown(s.schedule, r, idle);
   json by_side = json::object();
   if (sides.attention.gpus > 0) by_side["attention"] = side_json(sides.attention);
   if (sides.ffn.gpus > 0) by_side["ffn"] = side_json(sides.ffn);
   if (sides.colocated.gpus > 0) by_side["colocated"] = side_json(sides.colocated);
   json workers = json::array();
   for (std::size_t w = 0; w < s.schedule.workers.size(); ++w)
-    workers.push_back(worker_json(s.schedule.workers[w], r.workers[w]));
+    workers.push_back(worker_json(s.schedule.workers[w], r.workers[w], idle[w]));
   int mb = 0;
   for (const auto& op : s.schedule.ops) mb = std::max(mb, op.micro_batch + 1);
   return {{"schedule", s.schedule.name},
@@ -145,6 +156,9 @@ int main(int argc, char** argv) {
                  "cluster's kernel_comm_sm_fraction)");
   app.add_flag("--rdma-m2n", rdma_m2n,
                "AF-Pipe's M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction) instead of kernels");
+  app.add_flag("--embedding-head", cost.embedding_head,
+               "schedule the embedding and output head as ops on the first and last layer's worker (AF-Pipe: its A "
+               "groups)");
   app.add_flag("--no-dedup", no_dedup, "send one row per chosen expert instead of one per destination GPU");
   app.add_flag("--json", as_json, "print one JSON object");
   app.add_option("--trace", trace, "write the timeline as Chrome trace JSON (Perfetto)")->check(disagmoe::cli::kPath);
@@ -304,14 +318,18 @@ int main(int argc, char** argv) {
     std::printf("%-12s %-28s %10s %12s %7s %8s %10s %8s %7s\n", "schedule", "layout", "step ms", "tokens/s", "MFU",
                 "bubble", "exp.comm", "mem GB", "vs 1st");
     for (const auto& r : runs) print_row(r, head.result.step_seconds);
-    // Exposed communication apart from waiting on a peer (imbalance, fill and drain), per side.
-    std::printf("per side, mean seconds per GPU: busy / exposed comm / waiting (no compute, no transfer)\n");
+    // Idle time by what it waits for: transfers (network) apart from a peer's compute
+    // (imbalance, fill and drain), per side.
+    std::printf("per side, mean seconds per GPU: busy / idle behind transfers (bytes + latency) / behind peers' "
+                "compute / other\n");
     for (const auto& r : runs) {
       const ds::SideBreakdown b = ds::side_breakdown(r.schedule, r.result);
       std::printf("%-12s", r.schedule.name.c_str());
       for (const auto& [name, t] : {std::pair{"attention", b.attention}, {"ffn", b.ffn}, {"stages", b.colocated}})
         if (t.gpus > 0)
-          std::printf("  %s %.3f / %.3f / %.3f", name, t.busy_seconds, t.exposed_comm_seconds, t.waiting_seconds);
+          std::printf("  %s %.3f / %.3f (%.3f + %.3f) / %.3f / %.3f", name, t.busy_seconds,
+                      t.idle.network_seconds + t.idle.latency_seconds, t.idle.network_seconds, t.idle.latency_seconds,
+                      t.idle.peer_compute_seconds, t.idle.other_seconds);
       std::printf("\n");
     }
     if (head.result.deadlocked) std::cout << head.result.deadlock_report << '\n';

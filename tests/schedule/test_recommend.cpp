@@ -16,6 +16,7 @@ namespace ds = disagmoe::schedule;
 namespace dp = disagmoe::plan;
 
 namespace {
+// `comm`: idle behind transfers (bytes and latency), `wait`: behind peers' compute.
 ds::RankedSchedule entry(const char* name, double busy, double comm, double wait, bool fits = true) {
   ds::RankedSchedule r;
   r.schedule = name;
@@ -24,12 +25,16 @@ ds::RankedSchedule entry(const char* name, double busy, double comm, double wait
   r.fits = fits;
   r.peak_memory_bytes = 90e9;
   r.job = {8, busy, comm, wait};
+  r.job.idle.network_seconds = comm * 0.75;
+  r.job.idle.latency_seconds = comm * 0.25;
+  r.job.idle.peer_compute_seconds = wait * 0.5;
+  r.job.idle.other_seconds = wait * 0.5;
   return r;
 }
 }  // namespace
 
 TEST_CASE("verdict: speedup over the runner-up and the largest term of the gap, by hand") {
-  // 1.0 s against 1.5 s: +0.1 compute, +0.1 exposed comm, +0.3 waiting -> balance.
+  // 1.0 s against 1.5 s: +0.1 compute, +0.1 behind transfers, +0.3 behind peers -> balance.
   auto r = ds::verdict(entry("afpipe", 0.6, 0.1, 0.3), entry("dualpipe", 0.7, 0.2, 0.6), 72e9);
   CHECK(r.schedule == "afpipe");
   CHECK(r.runner_up == "dualpipe");
@@ -37,7 +42,7 @@ TEST_CASE("verdict: speedup over the runner-up and the largest term of the gap, 
   CHECK(r.cause == "balance");
   CHECK(r.reason.find("1.50x faster than dualpipe") != std::string::npos);
   CHECK(r.reason.find("of the 500 ms gap 300 ms is waiting") != std::string::npos);
-  // The same gap made of exposed communication, then of compute.
+  // The same gap made of waiting on transfers, then of compute.
   CHECK(ds::verdict(entry("a", 0.6, 0.1, 0.3), entry("b", 0.7, 0.4, 0.4), 72e9).cause == "network");
   CHECK(ds::verdict(entry("a", 0.6, 0.1, 0.3), entry("b", 0.9, 0.2, 0.4), 72e9).cause == "compute");
   // A runner-up that does not fit loses on memory whatever its step.

@@ -77,8 +77,11 @@ TEST_CASE("timeline_cost: micro-batches from the global batch; overflow and budg
   o.global_batch = 64;
   m.micro_batch = 4;
   CHECK(ds::timeline_cost("1f1b", m, o).micro_batches == 16);
-  CHECK(ds::timeline_cost("1f1b", m, o).ops == 16 * m.layers * ds::ops_per_layer(1) + 4 * m.layers);
-  CHECK(ds::timeline_cost("chunked", m, o, 3).ops == 16 * m.layers * ds::ops_per_layer(3) + 4 * m.layers);
+  // Per micro-batch: every layer's ops and the embedding's and head's.
+  CHECK(ds::timeline_cost("1f1b", m, o).ops ==
+        16 * (m.layers * ds::ops_per_layer(1) + ds::kEmbeddingHeadOps) + 4 * m.layers);
+  CHECK(ds::timeline_cost("chunked", m, o, 3).ops ==
+        16 * (m.layers * ds::ops_per_layer(3) + ds::kEmbeddingHeadOps) + 4 * m.layers);
   CHECK(ds::timeline_cost("1f1b", m, o, 3).ops == ds::timeline_cost("1f1b", m, o).ops);  // chunks: chunked only
 
   const disagmoe::Limits saved = disagmoe::limits();

@@ -42,6 +42,11 @@ inline const char* kind_colour(schedule::OpKind k) {
     case K::kExpertForward: return "#59a14f";
     case K::kExpertBackwardInput: return "#e15759";
     case K::kExpertBackwardWeight: return "#ff9d9a";
+    case K::kEmbeddingForward: return "#86bcb6";
+    case K::kEmbeddingBackwardWeight: return "#c9e3df";
+    case K::kHeadForward: return "#8cd17d";
+    case K::kHeadBackwardInput: return "#f1ce63";
+    case K::kHeadBackwardWeight: return "#f9e4a7";
     case K::kDispatch: return "#76b7b2";
     case K::kReturn: return "#b07aa1";
     case K::kCombineDispatch: return "#9c755f";

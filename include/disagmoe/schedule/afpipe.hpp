@@ -14,7 +14,9 @@
 /// backward stream runs each group's backward in reverse layer order as soon as its
 /// gradients arrive, concurrently with the next group's forward. At most
 /// `max_in_flight` micro-batches are between their first forward and last backward
-/// (a 1F1B-like activation bound).
+/// (a 1F1B-like activation bound). The embedding runs on A_0 before layer 0's attention
+/// and the output head (with the loss) on the last layer's A group, its forward at the
+/// start of the micro-batch's backward (Problem::embedding_head; none when 0).
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -89,6 +91,7 @@ struct AFPipe {
     const auto A = [&](int l) { return a[static_cast<std::size_t>(l % p)]; };
     const auto F = [&](int l) { return f[static_cast<std::size_t>(l % p)]; };
     const auto gpus = [&](int w) { return double(s.workers[static_cast<std::size_t>(w)].gpus); };
+    const EmbeddingHeadCost& eh = pb.embedding_head;
 
     auto compute = [&](OpKind k, int w, Stream st, int j, int l, double sec, std::vector<int> deps) {
       Op o;
@@ -130,6 +133,8 @@ struct AFPipe {
           std::vector<int> deps;
           if (l > 0) deps.push_back(arrive[idx(j, l - 1)]);
           if (l == 0 && j >= window) deps.push_back(last_bwd[static_cast<std::size_t>(j - window)]);
+          if (l == 0 && eh.embed_fwd > 0)
+            deps = {s.add(compute(OpKind::kEmbeddingForward, A(0), Stream::kForward, j, 0, eh.embed_fwd, deps))};
           Op at = compute(OpKind::kAttentionForward, A(l), Stream::kForward, j, l, c.attn_fwd, deps);
           at.alloc_bytes = c.attn_activation_bytes;
           const int ai = s.add(std::move(at));
@@ -165,7 +170,12 @@ struct AFPipe {
         for (int j = g0; j < g1; ++j) {
           // Where the gradient of layer l's output comes from: the loss (after the
           // forward of the last layer) or layer l+1's attention input-gradient.
-          const int src = last ? arrive[idx(j, l)] : grad_out[idx(j, l + 1)];
+          int src = last ? arrive[idx(j, l)] : grad_out[idx(j, l + 1)];
+          if (last && eh.head_fwd + eh.head_bwd + eh.head_wgrad > 0) {  // logits, loss and back
+            const int hf = s.add(compute(OpKind::kHeadForward, A(l), Stream::kForward, j, l, eh.head_fwd, {src}));
+            src = s.add(compute(OpKind::kHeadBackwardInput, A(l), Stream::kBackward, j, l, eh.head_bwd, {hf}));
+            s.add(compute(OpKind::kHeadBackwardWeight, A(l), Stream::kBackward, j, l, eh.head_wgrad, {src}));
+          }
           int at_a = -1;  // gradient present on A(l) for the attention backward
           if (c.moe) {
             // Gradients retrace the forward path: A GPUs send the mean F GPU's rows
@@ -198,7 +208,9 @@ struct AFPipe {
                                        {at_a, attn_f[idx(j, l)]}));
           Op aw = compute(OpKind::kAttentionBackwardWeight, A(l), Stream::kBackward, j, l, c.attn_wgrad, {ab});
           aw.free_bytes = c.attn_activation_bytes;
-          const int awi = s.add(std::move(aw));
+          int awi = s.add(std::move(aw));
+          if (l == 0 && eh.embed_wgrad > 0)  // the embedding's gradient, all-reduced with layer 0's
+            awi = s.add(compute(OpKind::kEmbeddingBackwardWeight, A(0), Stream::kBackward, j, 0, eh.embed_wgrad, {ab}));
           grad_out[idx(j, l)] = ab;
           if (l == 0) last_bwd[static_cast<std::size_t>(j)] = awi;
           if (j + 1 == m && c.attn_grad_bytes > 0)

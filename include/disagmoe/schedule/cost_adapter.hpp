@@ -37,6 +37,12 @@ struct CostOptions {
   int global_batch = 0;
   int micro_batches = 0;                      ///< pipeline micro-batches per step; 0: derived from global_batch
   double memory_fraction = plan::kDefaultMemoryFraction;  ///< usable share of HBM when judging whether a layout fits
+  /// Schedule the embedding and the output head as ops (Problem::embedding_head) on the
+  /// first and last layer's worker. Off by default: on AF-Pipe's interleaved layer
+  /// assignment the whole head lands on one A group (DeepSeek-MoE-16B 4K: about 8 layers'
+  /// worth of A work on a group holding 2), which the planner does not model yet; off,
+  /// MFU still counts the head's FLOPs without simulating them.
+  bool embedding_head = false;
 };
 
 /// Sequences per step under `o` for model `m`: o.global_batch, or the planner's default.
@@ -174,8 +180,30 @@ struct FfnShare {
       : experts((m.experts + g - 1) / g), compute(plan::ffn_busiest_share(m, g)), rows(plan::ffn_busiest_rows(m, g, dedup)) {}
 };
 
+// The FLOPs MFU counts per GPU micro-batch: every layer and the output head (run as
+// ops with CostOptions::embedding_head; the embedding lookup has no FLOPs).
 inline double model_flops_per_sequence_batch(const ModelSpec& m) {
   return plan::model_layer_flops(m).total() + plan::head_flops(m).total();
+}
+
+// The embedding and the output head of one micro-batch on one GPU. The head's GEMMs
+// (plan::head_flops, compute-bound) run at the attention side's efficiency, where they
+// are scheduled; the final norm and the loss are elementwise and left out (fused
+// cross-entropy kernels, as Megatron's, read the logits once). The embedding is a
+// gather with no FLOPs, so its roofline time is its HBM traffic (Williams et al. 2009):
+// T rows of d read and written forward; its gradient reads T rows of d and
+// read-modify-writes as many rows of the table's gradient.
+inline EmbeddingHeadCost embedding_head_cost(const ModelSpec& m, const ClusterSpec& c, const CostOptions& o) {
+  const plan::PassFlops head = plan::head_flops(m);
+  const double rows = double(m.tokens_per_micro_batch()) * m.hidden;
+  const double gb = o.memory.grad_bytes > 0 ? o.memory.grad_bytes : bytes_of(m.dtype);
+  EmbeddingHeadCost e;
+  e.embed_fwd = 2 * rows * bytes_of(m.dtype) / c.gpu.hbm_bandwidth;
+  e.embed_wgrad = 3 * rows * gb / c.gpu.hbm_bandwidth;
+  e.head_fwd = flops_seconds(head.forward, c, m.dtype, o.efficiency.attention);
+  e.head_bwd = flops_seconds(head.backward_input, c, m.dtype, o.efficiency.attention);
+  e.head_wgrad = flops_seconds(head.backward_weight, c, m.dtype, o.efficiency.attention);
+  return e;
 }
 
 }  // namespace detail
@@ -252,6 +280,7 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
     x.expert_activation_bytes = lc.moe ? plan::ffn_activation_bytes(m, l, o.memory, d) : 0;
     p.layers.push_back(x);
   }
+  if (o.embedding_head) p.embedding_head = detail::embedding_head_cost(m, c, o);
   p.tokens_per_micro_batch = t * g;
   p.flops_per_micro_batch = detail::model_flops_per_sequence_batch(m) * g;
   return p;
@@ -363,6 +392,7 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
         plan::ffn_activation_bytes(m, l, o.memory, d) * scale * (lc.moe ? plan::ffn_busiest_share(m, gf) : 1.0);
     p.layers.push_back(x);
   }
+  if (o.embedding_head) p.embedding_head = detail::embedding_head_cost(m, c, o);
   p.tokens_per_micro_batch = t * ga;
   p.flops_per_micro_batch = detail::model_flops_per_sequence_batch(m) * ga;
   return p;

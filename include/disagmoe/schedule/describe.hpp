@@ -18,9 +18,13 @@ namespace detail {
 inline char pass_letter(OpKind k) {
   switch (k) {
     case OpKind::kAttentionForward:
-    case OpKind::kExpertForward: return 'F';
+    case OpKind::kExpertForward:
+    case OpKind::kEmbeddingForward:
+    case OpKind::kHeadForward: return 'F';
     case OpKind::kAttentionBackwardWeight:
-    case OpKind::kExpertBackwardWeight: return 'W';
+    case OpKind::kExpertBackwardWeight:
+    case OpKind::kEmbeddingBackwardWeight:
+    case OpKind::kHeadBackwardWeight: return 'W';
     default: return 'B';
   }
 }

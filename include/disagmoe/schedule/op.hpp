@@ -30,6 +30,11 @@ enum class OpKind : std::uint8_t {
   kExpertForward,            ///< routed experts (+ shared experts), forward
   kExpertBackwardInput,      ///< experts backward, input gradient
   kExpertBackwardWeight,     ///< experts backward, weight gradient
+  kEmbeddingForward,         ///< input embedding lookup (before the first layer)
+  kEmbeddingBackwardWeight,  ///< its weight gradient (scatter-add into the table's gradient)
+  kHeadForward,              ///< final norm + output head (logits) + loss (after the last layer)
+  kHeadBackwardInput,        ///< output head backward, input gradient
+  kHeadBackwardWeight,       ///< output head backward, weight gradient
   kDispatch,                 ///< AF-Pipe M2N: attention group -> FFN group, one way
   kReturn,                   ///< AF-Pipe N2M: FFN group -> attention group, one way
   kCombineDispatch,          ///< AF-Pipe fused combine of layer l + dispatch towards layer l+1
@@ -55,6 +60,11 @@ constexpr std::string_view to_string(OpKind k) {
     case OpKind::kExpertForward: return "expert_fwd";
     case OpKind::kExpertBackwardInput: return "expert_bwd";
     case OpKind::kExpertBackwardWeight: return "expert_wgrad";
+    case OpKind::kEmbeddingForward: return "embed_fwd";
+    case OpKind::kEmbeddingBackwardWeight: return "embed_wgrad";
+    case OpKind::kHeadForward: return "head_fwd";
+    case OpKind::kHeadBackwardInput: return "head_bwd";
+    case OpKind::kHeadBackwardWeight: return "head_wgrad";
     case OpKind::kDispatch: return "m2n_dispatch";
     case OpKind::kReturn: return "n2m_return";
     case OpKind::kCombineDispatch: return "combine_dispatch";

@@ -243,14 +243,20 @@ class PipelineEmitter {
   // Emits half `part` (0 or 1) of layer step i of chain c. Splitting each layer in two
   // halves lets an overlapped F&B step interleave them as Megatron's combined 1F1B does:
   // comm stream  combine_bwd | dispatch_fwd -> dispatch_bwd | combine_fwd
+  // The embedding opens the first layer's forward and closes its backward, the output
+  // head (with the loss) closes the last layer's forward and opens its backward, on the
+  // stage that holds that layer (Megatron's first and last pipeline stage).
   void emit_half(int w, Chain& c, int i, int part) {
     const int l = layer_at(c, i);
     const LayerCost& lc = pb_.layers[static_cast<std::size_t>(l)];
+    const EmbeddingHeadCost& eh = pb_.embedding_head;
+    const bool last_layer = l + 1 == static_cast<int>(pb_.layers.size());
     const int nc = lc.moe ? pl_.chunks : 1;
     const bool first = c.last < 0;
     const int before = static_cast<int>(s_.ops.size());
     if (c.forward) {
       if (part == 0) {
+        if (l == 0 && eh.embed_fwd > 0) c.last = add(compute(OpKind::kEmbeddingForward, w, l, eh.embed_fwd, Stream::kForward), c);
         Op a = compute(OpKind::kAttentionForward, w, l, lc.attn_fwd, Stream::kForward);
         a.alloc_bytes = lc.attn_activation_bytes;
         c.last = add(std::move(a), c);
@@ -278,7 +284,13 @@ class PipelineEmitter {
         }
         dispatch_ids_.clear();
       }
+      if (part == 1 && last_layer && eh.head_fwd > 0)
+        c.last = add(compute(OpKind::kHeadForward, w, l, eh.head_fwd, Stream::kForward), c);
     } else {
+      if (part == 0 && last_layer && eh.head_bwd + eh.head_wgrad > 0) {
+        c.last = add(compute(OpKind::kHeadBackwardInput, w, l, eh.head_bwd, Stream::kBackward), c);
+        weight(w, c, OpKind::kHeadBackwardWeight, l, -1, eh.head_wgrad, 0, c.last);
+      }
       if (part == 0 && lc.moe) {
         std::vector<int> cg;
         for (int k = 0; k < nc; ++k) {
@@ -316,6 +328,9 @@ class PipelineEmitter {
         }
         Op a = compute(OpKind::kAttentionBackwardInput, w, l, lc.attn_bwd, Stream::kBackward);
         c.last = add(std::move(a), c);
+        // The embedding's gradient goes first: layer 0's all-reduce (after its last
+        // attention weight gradient) carries it.
+        if (l == 0 && eh.embed_wgrad > 0) weight(w, c, OpKind::kEmbeddingBackwardWeight, l, -1, eh.embed_wgrad, 0, c.last);
         weight(w, c, OpKind::kAttentionBackwardWeight, l, -1, lc.attn_wgrad, lc.attn_activation_bytes, c.last);
       }
     }

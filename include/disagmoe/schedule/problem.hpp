@@ -38,6 +38,18 @@ struct LayerCost {
   double expert_state_bytes = 0;  ///< per GPU holding the layer: expert-side weights + grads + optimizer
 };
 
+/// The input embedding and the output head of one micro-batch, per GPU of the worker
+/// that holds the first (embedding) or the last (head) layer's attention, at its full
+/// rate; all 0: not scheduled (a problem built by hand or by the runtime, which folds
+/// them into the first and last attention ops).
+struct EmbeddingHeadCost {
+  double embed_fwd = 0;    ///< s, embedding lookup
+  double embed_wgrad = 0;  ///< s, its weight gradient
+  double head_fwd = 0;     ///< s, final norm + logits + loss
+  double head_bwd = 0;     ///< s, the head's input gradient
+  double head_wgrad = 0;   ///< s, the head's weight gradient
+};
+
 /// Everything a policy needs: who computes (workers), what each layer costs, how many
 /// micro-batches one step has, and the whole-job tokens/FLOPs of one micro-batch (for
 /// tokens/s and MFU).
@@ -45,6 +57,7 @@ struct Problem {
   std::vector<Worker> workers;      ///< layout; the policy decides which layers go where
   Network network;
   std::vector<LayerCost> layers;    ///< one entry per transformer layer
+  EmbeddingHeadCost embedding_head; ///< before the first and after the last layer
   int micro_batches = 1;            ///< micro-batches per step
   double tokens_per_micro_batch = 0;  ///< whole job
   double flops_per_micro_batch = 0;   ///< whole job, forward + backward model FLOPs
@@ -66,6 +79,9 @@ inline void validate(const Problem& p) {
     expect(l.ffn_imbalance >= 1 && l.ffn_imbalance < 1e300, "Problem.layers[" + std::to_string(i) + "].ffn_imbalance",
            l.ffn_imbalance, "a finite factor >= 1");
   }
+  const auto& e = p.embedding_head;
+  for (double x : {e.embed_fwd, e.embed_wgrad, e.head_fwd, e.head_bwd, e.head_wgrad})
+    expect(x >= 0 && x < 1e300, "Problem.embedding_head", x, "finite non-negative costs");
 }
 
 /// `n` identical workers of one GPU each on separate nodes (a test/default layout).

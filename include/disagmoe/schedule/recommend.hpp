@@ -4,9 +4,10 @@
 /// schedule the simulator finds (each baseline at its best deployment: pipeline depth and EP degree, on the same
 /// batch, costs and HBM), ranked by simulated step time, with the cause of the gap.
 ///
-/// Every worker's step splits into busy, exposed communication and waiting with no
-/// transfer (side_metrics.hpp), so the GPU-weighted means of the three add up to the
-/// step and the gap between two schedules is exactly the sum of their differences. The
+/// Every worker's step splits into busy time and idle time charged to what it waits
+/// for (side_metrics.hpp, idle_causes.hpp): a transfer (its bytes or its latency), a
+/// peer's compute, or nothing an op accounts for. The GPU-weighted means add up to the
+/// step, so the gap between two schedules is exactly the sum of their differences. The
 /// largest difference names the cause: compute (the loser's GPUs compute longer: SMs
 /// held by comm kernels, smaller per-GPU shapes), network (transfers it did not hide)
 /// or balance (GPUs idle on a peer's compute: A/F imbalance, pipeline fill and drain);
@@ -35,7 +36,7 @@ struct RankedSchedule {
   double step_seconds = 0;
   bool fits = false;           ///< peak memory within usable HBM
   double peak_memory_bytes = 0;
-  SideTime job;                ///< GPU-weighted means over every worker: busy + exposed + waiting = step
+  SideTime job;                ///< GPU-weighted means over every worker: busy + idle.total() = step
 };
 
 /// Which schedule to run and why.
@@ -60,11 +61,14 @@ inline SideTime whole_job(const SideBreakdown& b) {
     j.busy_seconds += t->gpus * t->busy_seconds;
     j.exposed_comm_seconds += t->gpus * t->exposed_comm_seconds;
     j.waiting_seconds += t->gpus * t->waiting_seconds;
+    IdleCauses c = t->idle;
+    j.idle += c *= t->gpus;
   }
   if (j.gpus > 0) {
     j.busy_seconds /= j.gpus;
     j.exposed_comm_seconds /= j.gpus;
     j.waiting_seconds /= j.gpus;
+    j.idle *= 1 / j.gpus;
   }
   return j;
 }
@@ -95,15 +99,19 @@ inline Recommendation verdict(const RankedSchedule& win, const RankedSchedule& l
       << capacity / 1e9 << " GB usable";
     if (!win.fits) s << ", and " << win.schedule << " does not fit either (" << win.peak_memory_bytes / 1e9 << " GB)";
   } else {
-    // The gap, term by term (each side's terms add up to its step).
+    // The gap, term by term (each side's terms add up to its step): idle time behind
+    // transfers (bytes and latency) is the network's, behind a peer's compute (or
+    // nothing an op accounts for) the balance's.
+    const auto network = [](const SideTime& t) { return t.idle.network_seconds + t.idle.latency_seconds; };
+    const auto waiting = [](const SideTime& t) { return t.idle.peer_compute_seconds + t.idle.other_seconds; };
     const double d_busy = lose.job.busy_seconds - win.job.busy_seconds;
-    const double d_comm = lose.job.exposed_comm_seconds - win.job.exposed_comm_seconds;
-    const double d_wait = lose.job.waiting_seconds - win.job.waiting_seconds;
+    const double d_comm = network(lose.job) - network(win.job);
+    const double d_wait = waiting(lose.job) - waiting(win.job);
     r.cause = d_busy >= d_comm && d_busy >= d_wait ? "compute" : d_comm >= d_wait ? "network" : "balance";
  s << std::setprecision(2) << r.speedup << "x faster than " << lose.schedule << " (" << lose.layout << "); per GPU, of the "
       << std::setprecision(0) << (lose.step_seconds - win.step_seconds) * 1e3 << " ms gap " << d_wait * 1e3
-      << " ms is waiting on peers (balance: imbalance, fill and drain), " << d_comm * 1e3
-      << " ms exposed communication (network) and " << d_busy * 1e3 << " ms compute";
+      << " ms is waiting on peers' compute (balance: imbalance, fill and drain), " << d_comm * 1e3
+      << " ms waiting on transfers (network) and " << d_busy * 1e3 << " ms compute";
   }
   r.reason = s.str();
   return r;

@@ -7,11 +7,13 @@
 /// a busier peer group shows up as waiting, not as exposed communication.
 #pragma once
 
+#include <disagmoe/schedule/idle_causes.hpp>
 #include <disagmoe/schedule/op.hpp>
 #include <disagmoe/schedule/simulator.hpp>
 
 #include <algorithm>
 #include <cstddef>
+#include <vector>
 
 namespace disagmoe::schedule {
 
@@ -25,6 +27,10 @@ struct SideTime {
   /// No compute and no transfer: waiting on a peer's compute or on the pipeline's fill
   /// and drain.
   double waiting_seconds = 0;
+  /// The idle time (exposed communication + waiting) by what the workers wait for: a
+  /// transfer moving bytes, its latency, a peer's compute (idle_causes.hpp);
+  /// busy_seconds + idle.total() = the step.
+  IdleCauses idle;
 };
 
 /// SideTime per role.
@@ -39,9 +45,9 @@ struct SideBreakdown {
 };
 
 /// The breakdown of result `r` of simulating `s` (r = simulate(s)): per worker, waiting
-/// = step − busy − exposed communication (clamped at 0 against rounding), averaged over
-/// the side's GPUs. O(workers).
-inline SideBreakdown side_breakdown(const Schedule& s, const SimResult& r) {
+/// = step − busy − exposed communication (clamped at 0 against rounding), and the idle
+/// time by cause (`causes` = idle_causes(s, r)), averaged over the side's GPUs. O(workers).
+inline SideBreakdown side_breakdown(const Schedule& s, const SimResult& r, const std::vector<IdleCauses>& causes) {
   SideBreakdown b;
   for (std::size_t w = 0; w < s.workers.size() && w < r.workers.size(); ++w) {
     const Role role = s.workers[w].role;
@@ -52,14 +58,22 @@ inline SideBreakdown side_breakdown(const Schedule& s, const SimResult& r) {
     t.busy_seconds += g * m.busy_seconds;
     t.exposed_comm_seconds += g * m.exposed_comm_seconds;
     t.waiting_seconds += g * std::max(0.0, r.step_seconds - m.busy_seconds - m.exposed_comm_seconds);
+    IdleCauses c = w < causes.size() ? causes[w] : IdleCauses{};
+    t.idle += c *= g;
   }
   for (SideTime* t : {&b.attention, &b.ffn, &b.colocated}) {
     if (t->gpus == 0) continue;
     t->busy_seconds /= t->gpus;
     t->exposed_comm_seconds /= t->gpus;
     t->waiting_seconds /= t->gpus;
+    t->idle *= 1 / t->gpus;
   }
   return b;
+}
+
+/// side_breakdown with the idle causes computed here. O(ops log ops + deps).
+inline SideBreakdown side_breakdown(const Schedule& s, const SimResult& r) {
+  return side_breakdown(s, r, idle_causes(s, r));
 }
 
 }  // namespace disagmoe::schedule

@@ -37,10 +37,15 @@ struct TimelineCost {
 /// all-to-alls); plus a pipeline send each way (at most one hand-off per layer).
 constexpr std::int64_t ops_per_layer(std::int64_t chunks) { return 5 + 7 * chunks; }
 
+/// Ops of one micro-batch outside the layers: the embedding's forward and weight
+/// gradient, the output head's forward, input and weight gradients (Problem::embedding_head).
+inline constexpr std::int64_t kEmbeddingHeadOps = 5;
+
 /// Upper bound on the timeline `schedule` (a kScheduleNames entry; `chunks`: the chunked
 /// policy's per MoE layer) builds for `m` under `o`, over every layout simulate_best tries: micro-batches are at most
 /// global_batch / micro_batch (a layout's data-parallel width only divides them), each
-/// layer of each micro-batch emits at most ops_per_layer ops, and every layer adds at most
+/// layer of each micro-batch emits at most ops_per_layer ops (plus kEmbeddingHeadOps per
+/// micro-batch), and every layer adds at most
 /// four gradient all-reduces. O(1); checked 64-bit arithmetic (ConfigError naming the
 /// micro-batches or chunks on overflow).
 inline TimelineCost timeline_cost(std::string_view schedule, const ModelSpec& m, const CostOptions& o,
@@ -50,7 +55,8 @@ inline TimelineCost timeline_cost(std::string_view schedule, const ModelSpec& m,
   t.micro_batches = std::max<std::int64_t>(1, o.micro_batches > 0 ? o.micro_batches
                                                                     : batch / std::max(1, m.micro_batch));
   const std::int64_t nc = schedule == ChunkedOverlap::kName ? std::max(1, chunks) : 1;
-  const std::int64_t per_mb = checked_mul(m.layers, ops_per_layer(nc), "chunks");
+  const std::int64_t per_mb =
+      checked_add(checked_mul(m.layers, ops_per_layer(nc), "chunks"), kEmbeddingHeadOps, "chunks");
   t.ops = checked_add(checked_mul(t.micro_batches, per_mb, "micro_batches"), 4 * std::int64_t{m.layers},
                       "micro_batches");
   t.bytes = kBytesPerOp * static_cast<double>(t.ops);
