@@ -25,18 +25,19 @@ using namespace disagmoe;
 
 void print_table(const plan::Plan& p) {
   const plan::StepEstimate& e = p.predicted;
-  std::printf("%s on %s: seq %d, micro-batch %d, global batch %d sequences, recompute %s\n", p.model.c_str(),
-              p.cluster.c_str(), p.seq_len, p.micro_batch, p.global_batch, p.allocation.recompute ? "on" : "off");
+  std::printf("%s on %s: seq %d, micro-batch %d, global batch %d sequences, recompute %s, fused combine + dispatch %s\n",
+              p.model.c_str(), p.cluster.c_str(), p.seq_len, p.micro_batch, p.global_batch,
+              p.allocation.recompute ? "on" : "off", p.allocation.fuse ? "on" : "off");
   const int used = p.attention_gpus + p.ffn_gpus;
   std::printf("%-10s %6s %7s %6s %12s %10s %14s %16s %12s\n", "side", "GPUs", "share", "NICs", "NIC GB/s/GPU",
               "group", "busy ms/mb", "memory GB/GPU", "intensity");
   std::printf("%-10s %6d %6.1f%% %6d %12.1f %10d %14.3f %16.2f %12.0f\n", "attention", p.attention_gpus,
               100.0 * p.attention_gpus / used, p.attention_nics, p.attention_bandwidth_per_gpu / 1e9,
-              p.attention_group_size, std::max(e.attention_seconds, e.attention_network_seconds) * 1e3,
+              p.attention_group_size, std::max(e.attention_seconds, e.attention_link_seconds) * 1e3,
               e.memory.attention_worker.total() / 1e9, p.attention_roofline.intensity);
   std::printf("%-10s %6d %6.1f%% %6d %12.1f %10d %14.3f %16.2f %12.0f\n", "ffn", p.ffn_gpus, 100.0 * p.ffn_gpus / used,
               p.ffn_nics, p.ffn_bandwidth_per_gpu / 1e9, p.ffn_group_size,
-              std::max(e.ffn_seconds, e.ffn_network_seconds) * 1e3, e.memory.ffn_worker.total() / 1e9,
+              std::max(e.ffn_seconds, e.ffn_link_seconds) * 1e3, e.memory.ffn_worker.total() / 1e9,
               p.ffn_roofline.intensity);
   std::printf("NIC bandwidth per GPU, FFN / attention: %.2fx\n", p.ffn_bandwidth_per_gpu / p.attention_bandwidth_per_gpu);
   std::printf("groups %d (interleaved, %zu layers in pair 0); stage %.3f ms; step %.3f s; %.0f tokens/s; "

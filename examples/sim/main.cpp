@@ -235,6 +235,7 @@ int main(int argc, char** argv) {
       const auto pa = dz::plan::allocation_from_json(*plan_json, m, c, plan_file + ":$");
       af = ds::af_layout(pa);
       cost.memory.recompute = cost.memory.recompute || pa.recompute;
+      knobs.af_fuse = pa.fuse;  // the plan's stage-alignment choice
     }
     if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
       dz::expect(groups >= 1 && attention_gpus >= 1 && ffn_gpus >= 1, "--groups", groups,
@@ -259,6 +260,7 @@ int main(int argc, char** argv) {
         const auto pa = planned_allocation(m, c, cost, knobs);
         planned = ds::af_layout(pa);
         if (pa.recompute) planned_recompute = true;
+        knobs.af_fuse = pa.fuse;
       } catch (const disagmoe::ConfigError& e) {
         // No allocation fits the planner's memory model (the simulator's too): say so and
         // let the simulator search, so that --compare still shows every schedule.

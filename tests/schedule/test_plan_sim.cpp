@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -98,7 +99,7 @@ TEST_CASE("Plan -> simulated problem: the round trip keeps every field") {
   REQUIRE(model.valid(x));
   const ds::PlannedSimulation s = ds::planned_simulation(model, x);
   // Allocation <-> layout + recompute.
-  CHECK(ds::allocation_of(s.layout, s.cost.memory.recompute) == x);
+  CHECK(ds::allocation_of(s.layout, s.cost.memory.recompute, s.knobs.af_fuse) == x);
   // Options <-> costs + knobs, field by field.
   const dp::PlanOptions back = ds::plan_options(s.cost, s.knobs);
   CHECK(back.global_batch == o.global_batch);
@@ -274,4 +275,140 @@ TEST_CASE("comm SM rule: hand counts of the planner's slow-down and the shares e
   }
   CHECK(m2n > 0);
   CHECK(other > 0);
+}
+
+namespace {
+// Seconds per step that the comm ops of `s` (all-reduces apart) put on the A workers'
+// sending links and the F workers' receiving links: the dispatch direction, as the
+// planner prices it (plan::AnalyticModel::pair_link_bytes).
+struct SideLinks {
+  double attention_nic = 0, attention_nvlink = 0, ffn_nic = 0, ffn_nvlink = 0;
+};
+SideLinks simulated_links(const ds::Schedule& s) {
+  SideLinks r;
+  for (const ds::Op& op : s.ops) {
+    if (!ds::is_comm(op.kind) || op.kind == ds::OpKind::kAllReduce) continue;
+    for (const auto& u : ds::detail::comm_uses(s, op)) {
+      const ds::Role role = s.workers[static_cast<std::size_t>(u.resource / 4)].role;
+      const double sec = u.bytes / ds::detail::capacity(s, u.resource);
+      if (role == ds::Role::kAttention && u.resource % 4 == 0) r.attention_nic += sec;
+      if (role == ds::Role::kAttention && u.resource % 4 == 2) r.attention_nvlink += sec;
+      if (role == ds::Role::kFfn && u.resource % 4 == 1) r.ffn_nic += sec;
+      if (role == ds::Role::kFfn && u.resource % 4 == 3) r.ffn_nvlink += sec;
+    }
+  }
+  return r;
+}
+}  // namespace
+
+TEST_CASE("fusion: the planner's NIC and NVLink seconds per side are the simulated schedule's, fused and unfused") {
+  // Oracle: the simulator's own link loads (comm_uses) of the AF-Pipe schedule built from
+  // the plan's conversion, summed over the workers of a side. Layouts with pairs on their
+  // own nodes (p = 4), several pairs per node (p = 8), groups over two nodes (p = 1, 2),
+  // uneven experts per F GPU (DeepSeek, 64 experts over 5) and a dense first layer.
+  for (const char* name : {"olmoe-1b-7b", "deepseek-moe-16b"}) {
+    auto m = disagmoe::model_preset(name);
+    m.seq_len = 2048;
+    const auto c = disagmoe::parse_cluster_name("h800x128:4");
+    dp::PlanOptions o;
+    o.global_batch = 240 * m.micro_batch;  // whole waves for every A group size below
+    const dp::AnalyticModel model(m, c, o);
+    const double eff = o.efficiency.network;
+    for (const dp::Allocation base : {dp::Allocation{1, 4, 4, 4, 4, false}, dp::Allocation{2, 4, 4, 4, 4, false},
+                                      dp::Allocation{4, 4, 4, 4, 4, false}, dp::Allocation{4, 2, 6, 2, 6, false},
+                                      dp::Allocation{8, 2, 6, 3, 5, false}, dp::Allocation{4, 3, 5, 4, 4, false},
+                                      dp::Allocation{2, 3, 5, 3, 5, false}})
+      for (bool fuse : {true, false}) {
+        dp::Allocation x = base;
+        x.fuse = fuse;
+        REQUIRE(model.valid(x));
+        const ds::PlannedSimulation ps = ds::planned_simulation(model, x);
+        const ds::Schedule s = ds::build_schedule(ds::AFPipe::kName, ds::af_problem(model, x), ps.knobs);
+        const SideLinks sim = simulated_links(s);
+        SideLinks plan;
+        const int p = x.groups, ga = model.group_size(p, x.attention_gpus_per_node);
+        const int gf = model.group_size(p, x.ffn_gpus_per_node);
+        const double mb = model.micro_batches();
+        for (int i = 0; i < p; ++i) {
+          const auto b = model.pair_link_bytes(x, i);
+          plan.attention_nic += b.attention_nic / model.side_bandwidth(p, x.attention_gpus_per_node, x.attention_nics_per_node) * mb;
+          plan.attention_nvlink += b.attention_nvlink / (ga * c.intra_node_bandwidth * eff) * mb;
+          plan.ffn_nic += b.ffn_nic / model.side_bandwidth(p, x.ffn_gpus_per_node, x.ffn_nics_per_node) * mb;
+          plan.ffn_nvlink += b.ffn_nvlink / (gf * c.intra_node_bandwidth * eff) * mb;
+        }
+        INFO(name << " " << model.describe_allocation(x));
+        CHECK(plan.attention_nic == doctest::Approx(sim.attention_nic).epsilon(1e-9));
+        CHECK(plan.attention_nvlink == doctest::Approx(sim.attention_nvlink).epsilon(1e-9));
+        CHECK(plan.ffn_nic == doctest::Approx(sim.ffn_nic).epsilon(1e-9));
+        CHECK(plan.ffn_nvlink == doctest::Approx(sim.ffn_nvlink).epsilon(1e-9));
+      }
+  }
+}
+
+TEST_CASE("fusion: the planner's choice is the simulator's wherever the two differ by more than 5%") {
+  // Brute force: every layout with pairs to hand off between (p >= 2) on a 4-node cluster,
+  // simulated fused and unfused; the planner's estimate must order the two alike where the
+  // simulated gap is clear.
+  int clear = 0, agree = 0;
+  for (const std::string name : {"olmoe-1b-7b", "qwen3-30b-a3b"}) {
+    auto m = disagmoe::model_preset(name);
+    m.seq_len = 4096;
+    const auto c = disagmoe::parse_cluster_name("h800x128:4");
+    const dp::AnalyticModel model(m, c, dp::PlanOptions{});
+    for (const dp::Allocation base :
+         {dp::Allocation{2, 4, 4, 4, 4, false}, dp::Allocation{4, 4, 4, 4, 4, false}, dp::Allocation{4, 2, 6, 2, 6, false},
+          dp::Allocation{8, 2, 6, 3, 5, false}, dp::Allocation{4, 3, 5, 4, 4, false}, dp::Allocation{2, 3, 5, 3, 5, false},
+          dp::Allocation{16, 4, 4, 4, 4, false}}) {
+      if (!model.valid(base)) continue;
+      dp::Allocation un = base;
+      un.fuse = false;
+      const ds::SimulatedStepTime sim(m, c);
+      const double sf = sim.step_seconds(base), su = sim.step_seconds(un);
+      if (!std::isfinite(sf) || !std::isfinite(su) || std::abs(sf / su - 1) <= 0.05) continue;
+      ++clear;
+      const double pf = model.estimate(base).step_seconds, pu = model.estimate(un).step_seconds;
+      INFO(name << " " << model.describe_allocation(base) << ": simulated fused " << sf << " / unfused " << su
+                << " s, planned " << pf << " / " << pu << " s");
+      CHECK((pf < pu) == (sf < su));
+      agree += (pf < pu) == (sf < su);
+    }
+  }
+  MESSAGE(agree << " of " << clear << " clear cases agree");
+  CHECK(clear >= 4);
+}
+
+TEST_CASE("fusion: a plan's choice reaches the simulation, and the simulator's own search makes it too") {
+  auto m = disagmoe::model_preset("olmoe-1b-7b");
+  m.seq_len = 4096;
+  const auto c = disagmoe::parse_cluster_name("h800x128:4");
+  const dp::AnalyticModel model(m, c, dp::PlanOptions{});
+  const dp::Allocation x{4, 4, 4, 4, 4, false, false};
+  REQUIRE(model.valid(x));
+  CHECK_FALSE(ds::planned_simulation(model, x).knobs.af_fuse);
+  const ds::Simulated run = ds::simulate_plan(model, x);
+  CHECK(run.layout.find(" unfused") != std::string::npos);
+  int fused_ops = 0;
+  for (const ds::Op& op : run.schedule.ops) fused_ops += op.kind == ds::OpKind::kCombineDispatch;
+  CHECK(fused_ops == 0);
+  dp::Allocation y = x;
+  y.fuse = true;
+  const ds::Simulated fused = ds::simulate_plan(model, y);
+  CHECK(fused.layout.find(" unfused") == std::string::npos);
+  CHECK(fused.result.step_seconds != run.result.step_seconds);
+  // The simulator's search: its pick is no slower than the same layout the other way.
+  ds::CostOptions o;
+  o.global_batch = 64;  // a small step: the search simulates a few hundred layouts
+  const ds::Simulated best = ds::simulate_best(ds::AFPipe::kName, m, c, o);
+  ds::AfLayout lay;
+  int g = 0;
+  REQUIRE(std::sscanf(best.layout.c_str(), "p=%d a/f=%d/%d nic=%d/%d g=%d", &lay.groups, &lay.attention_gpus_per_node,
+                      &lay.ffn_gpus_per_node, &lay.attention_nics_per_node, &lay.ffn_nics_per_node, &g) == 6);
+  const bool fuse = best.layout.find(" unfused") == std::string::npos;
+  ds::PolicyKnobs k;
+  k.af_group_size = g;
+  k.af_fuse = !fuse;
+  ds::CostOptions oo = o;
+  oo.memory.recompute = best.layout.find(" rc") != std::string::npos;
+  INFO(best.layout);
+  CHECK(best.result.step_seconds <= ds::simulated_step_seconds(m, c, lay, oo, k));
 }

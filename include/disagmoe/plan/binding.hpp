@@ -35,9 +35,9 @@ inline Binding binding_constraint(const AnalyticModel& model, const Allocation& 
   std::ostringstream s;
   s.precision(3);
   if (e.bottleneck == Bottleneck::kNetwork) {
-    const bool f_side = e.ffn_network_seconds >= e.attention_network_seconds;
+    const bool f_side = e.ffn_link_seconds >= e.attention_link_seconds;
     s << "the " << (f_side ? "F" : "A") << " side's " << (f_side ? ffn_nics(x, c) : attention_nics(x, c))
-      << " NICs: " << std::max(e.attention_network_seconds, e.ffn_network_seconds) * 1e3
+      << " NICs: " << std::max(e.attention_link_seconds, e.ffn_link_seconds) * 1e3
       << " ms per micro-batch on the links against " << e.attention_seconds * 1e3 << " ms A and " << e.ffn_seconds * 1e3
       << " ms F compute";
     return {"network", s.str()};

@@ -3,6 +3,7 @@
 /// A Plan as JSON (needs target disagmoe::io). Keys: attention.{gpus,nics,group_size},
 /// ffn.{gpus,nics,group_size}, groups, layer_groups, predicted.{stage_seconds,
 /// step_seconds, tokens_per_second, bottleneck, bound_seconds, round_seconds, ...},
+/// fuse (AF-Pipe's stage-aligned combine + dispatch, chosen per allocation),
 /// memory_bytes.{attention_worker, ffn_worker, capacity}, roofline.{turning_point,
 /// attention.{intensity, turning_point, ceiling, bandwidth, achieved}, ffn.{…}},
 /// search.{seed_step_seconds, evaluations, gain, seed, milp_nodes, budget_exhausted},
@@ -35,7 +36,8 @@ inline io::Json to_json(const Allocation& a) {
           {"ffn_gpus_per_node", a.ffn_gpus_per_node},
           {"attention_nics_per_node", a.attention_nics_per_node},
           {"ffn_nics_per_node", a.ffn_nics_per_node},
-          {"recompute", a.recompute}};
+          {"recompute", a.recompute},
+          {"fuse", a.fuse}};
 }
 }  // namespace detail
 
@@ -58,6 +60,7 @@ inline io::Json to_json(const Plan& p) {
               {"bandwidth_per_gpu", p.ffn_bandwidth_per_gpu}};
   j["groups"] = p.allocation.groups;
   j["recompute"] = p.allocation.recompute;
+  j["fuse"] = p.allocation.fuse;
   j["allocation"] = detail::to_json(p.allocation);  // per-node split: what disagmoe-sim --plan reads
   j["layer_groups"] = p.layer_groups;
   j["predicted"] = {{"stage_seconds", e.stage_seconds},
@@ -73,7 +76,9 @@ inline io::Json to_json(const Plan& p) {
                     {"attention_network_seconds", e.attention_network_seconds},
                     {"ffn_network_seconds", e.ffn_network_seconds},
                     {"attention_sm_slowdown", e.attention_sm_slowdown},
-                    {"ffn_sm_slowdown", e.ffn_sm_slowdown}};
+                    {"ffn_sm_slowdown", e.ffn_sm_slowdown},
+                    {"attention_link_seconds", e.attention_link_seconds},
+                    {"ffn_link_seconds", e.ffn_link_seconds}};
   j["memory_bytes"] = {{"attention_worker", e.memory.attention_worker.total()},
                        {"ffn_worker", e.memory.ffn_worker.total()},
                        {"capacity", e.memory.capacity}};
@@ -108,10 +113,10 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   expect<IoError>(j.is_object(), path, brief(j), "a JSON object (disagmoe-plan --json)");
   const bool full = j.contains("allocation");
   if (full) {
-    static constexpr std::array<std::string_view, 19> kPlanKeys = {
+    static constexpr std::array<std::string_view, 20> kPlanKeys = {
         "model",       "cluster",      "seq_len",   "micro_batch",  "global_batch", "attention", "ffn",
-        "groups",      "recompute",    "allocation", "layer_groups", "predicted",   "memory_bytes", "roofline",
-        "search",      "explanation",  "idle_gpus", "binding",      "recommendation"};
+        "groups",      "recompute",    "fuse",      "allocation",   "layer_groups", "predicted", "memory_bytes",
+        "roofline",    "search",       "explanation", "idle_gpus",  "binding",      "recommendation"};
     for (const auto& [key, value] : j.items())
       expect<IoError>(known(kPlanKeys, key), path + "." + key, "(unknown key)", "a key that disagmoe-plan --json writes");
     auto same = [&](const char* key, const std::string& ours, const char* what) {
@@ -129,12 +134,14 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   const io::Json& a = full ? j.at("allocation") : j;
   const std::string base = full ? path + ".allocation" : path;
   expect<IoError>(a.is_object(), base, brief(a), "a JSON object of plan::Allocation fields");
-  static constexpr std::array<std::string_view, 6> kFields = {"groups", "attention_gpus_per_node", "ffn_gpus_per_node",
-                                                              "attention_nics_per_node", "ffn_nics_per_node", "recompute"};
+  static constexpr std::array<std::string_view, 7> kFields = {"groups",           "attention_gpus_per_node",
+                                                              "ffn_gpus_per_node", "attention_nics_per_node",
+                                                              "ffn_nics_per_node", "recompute",
+                                                              "fuse"};
   for (const auto& [key, value] : a.items())
     expect<IoError>(known(kFields, key), base + "." + key, "(unknown key)",
                     "a plan::Allocation field (groups, attention_gpus_per_node, ffn_gpus_per_node, "
-                    "attention_nics_per_node, ffn_nics_per_node, recompute)");
+                    "attention_nics_per_node, ffn_nics_per_node, recompute, fuse)");
   auto count = [&](const char* name, int lo, int hi) {
     const std::string at = base + "." + name;
     expect<IoError>(a.contains(name), at, "(missing)", "an integer (plan::Allocation field)");
@@ -151,6 +158,7 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   r.attention_nics_per_node = count("attention_nics_per_node", 0, c.nics_per_node);
   r.ffn_nics_per_node = count("ffn_nics_per_node", 0, c.nics_per_node);
   if (a.contains("recompute")) read_value(a.at("recompute"), base + ".recompute", r.recompute);
+  if (a.contains("fuse")) read_value(a.at("fuse"), base + ".fuse", r.fuse);  // plans before the choice: fused
   return r;
 }
 

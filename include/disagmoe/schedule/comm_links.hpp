@@ -6,6 +6,7 @@
 /// charge the same links.
 #pragma once
 
+#include <disagmoe/plan/group_placement.hpp>
 #include <disagmoe/schedule/op.hpp>
 
 #include <algorithm>
@@ -43,10 +44,7 @@ inline CommUses comm_uses(const Schedule& s, const Op& op) {
     nic = op.bytes * (a.gpus - a.gpus_per_node()) / a.gpus;
     nvl = op.bytes * (a.gpus_per_node() - 1) / a.gpus;
   } else {
-    const int lo = std::max(a.first_node, b.first_node);
-    const int hi = std::min(a.first_node + a.nodes, b.first_node + b.nodes);
-    const double local = hi > lo ? double(hi - lo) / a.nodes * b.gpus_per_node() / b.gpus : 0.0;
-    nvl = op.bytes * local;
+    nvl = op.bytes * plan::same_node_share({a.first_node, a.nodes, a.gpus}, {b.first_node, b.nodes, b.gpus});
     nic = op.bytes - nvl;
   }
   // Receiver GPUs get the sender's bytes spread out (times the op's imbalance factor).

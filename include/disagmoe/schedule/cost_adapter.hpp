@@ -12,6 +12,7 @@
 #include <disagmoe/plan/cost_model.hpp>
 #include <disagmoe/plan/layer_assignment.hpp>
 #include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/group_placement.hpp>
 #include <disagmoe/schedule/problem.hpp>
 #include <disagmoe/spec/cluster_spec.hpp>
 #include <disagmoe/spec/model_size.hpp>
@@ -127,15 +128,14 @@ struct AfLayout {
 
 namespace detail {
 
-// Placement of group i of `size` GPUs when every node gives `per_node` GPUs to this
-// role: groups fill nodes in order; a group spread over several nodes takes
-// gcd(size, per_node) GPUs on each (an even spread, which Worker needs).
+// Group i of `size` GPUs when every node gives `per_node` GPUs to this role, placed as
+// the planner places it (plan::group_nodes).
 inline Worker place_group(const ClusterSpec& c, int i, int size, int per_node, int nics_per_node, double eff) {
   Worker w;
+  const plan::GroupNodes at = plan::group_nodes(i, size, per_node);
   w.gpus = size;
-  const int gpn = std::gcd(size, per_node);
-  w.nodes = size / gpn;
-  w.first_node = (i * size) / per_node;
+  w.nodes = at.nodes;
+  w.first_node = at.first_node;
   const double nic_total = double(nics_per_node) * c.nic_bandwidth * eff;
   w.nic_bandwidth = per_node > 0 ? nic_total / per_node : 0;
   w.nvlink_bandwidth = c.intra_node_bandwidth * eff;

@@ -18,15 +18,17 @@
 
 namespace disagmoe::schedule {
 
-/// AF-Pipe's layout for allocation `a` (every field but `recompute`, which is a cost).
+/// AF-Pipe's layout for allocation `a` (every field but `recompute`, which is a cost,
+/// and `fuse`, which is a knob of the policy: planned_simulation carries both).
 inline AfLayout af_layout(const plan::Allocation& a) {
   return {a.groups, a.attention_gpus_per_node, a.ffn_gpus_per_node, a.attention_nics_per_node, a.ffn_nics_per_node};
 }
 
-/// The allocation of layout `l` with recomputation `recompute` (inverse of af_layout).
-inline plan::Allocation allocation_of(const AfLayout& l, bool recompute) {
+/// The allocation of layout `l` with recomputation `recompute` and stage-aligned fusion
+/// `fuse` (inverse of af_layout).
+inline plan::Allocation allocation_of(const AfLayout& l, bool recompute, bool fuse = true) {
   return {l.groups, l.attention_gpus_per_node, l.ffn_gpus_per_node, l.attention_nics_per_node, l.ffn_nics_per_node,
-          recompute};
+          recompute, fuse};
 }
 
 /// The simulator's costs for planner options `o` on model `m` and allocation `x`: the
@@ -62,13 +64,14 @@ inline plan::PlanOptions plan_options(const CostOptions& c, const PolicyKnobs& k
 struct PlannedSimulation {
   AfLayout layout;
   CostOptions cost;
-  PolicyKnobs knobs;  ///< AF-Pipe: the planner's ping-pong group and M2N transport
+  PolicyKnobs knobs;  ///< AF-Pipe: the planner's ping-pong group, fusion and M2N transport
 };
 
 /// The simulation of allocation `x` of `model`: its layout, its costs (cost_options)
 /// and AF-Pipe's knobs — ping-pong group 2p (plan::af_group_size; the schedule clamps it
 /// to the micro-batches, and keeps two groups in flight, plan::af_in_flight, as the
-/// planner's memory model assumes) and the M2N transport of PlanOptions::m2n_uses_sms.
+/// planner's memory model assumes), the allocation's fusion choice and the M2N transport
+/// of PlanOptions::m2n_uses_sms.
 /// The cluster (with its SM shares of comm kernels) is model.cluster(). O(1).
 inline PlannedSimulation planned_simulation(const plan::AnalyticModel& model, const plan::Allocation& x) {
   PlannedSimulation s;
@@ -76,6 +79,7 @@ inline PlannedSimulation planned_simulation(const plan::AnalyticModel& model, co
   s.cost = cost_options(model.options(), model.model(), x);
   s.knobs.af_group_size = 2 * x.groups;
   s.knobs.af_uses_sms = model.options().m2n_uses_sms;
+  s.knobs.af_fuse = x.fuse;
   return s;
 }
 

@@ -111,10 +111,11 @@ inline double simulated_step_seconds(const ModelSpec& m, const ClusterSpec& c, c
 }
 
 namespace detail {
-inline std::string af_label(const AfLayout& l, int g, bool rc) {
+inline std::string af_label(const AfLayout& l, int g, bool rc, bool fuse = true) {
   return "p=" + std::to_string(l.groups) + " a/f=" + std::to_string(l.attention_gpus_per_node) + "/" +
          std::to_string(l.ffn_gpus_per_node) + " nic=" + std::to_string(l.attention_nics_per_node) + "/" +
-         std::to_string(l.ffn_nics_per_node) + " g=" + std::to_string(g) + (rc ? " rc" : "");
+         std::to_string(l.ffn_nics_per_node) + " g=" + std::to_string(g) + (rc ? " rc" : "") +
+         (fuse ? "" : " unfused");
 }
 }  // namespace detail
 
@@ -147,10 +148,11 @@ inline std::string colocated_label(const ModelSpec& m, const ClusterSpec& c, con
 
 /// Simulates `name` on `c` and returns the best layout found (fits memory first, then
 /// step time). Baselines: every deployment of colocated_layouts (depth × EP degree).
-/// AF-Pipe: exactly `af` when given, else a two-phase search: every A GPUs per node
-/// 1..gpus_per_node−1 (F gets the rest) and pair count 1..16 with proportional NICs and
-/// ping-pong group 2p, then around the three best and the best and fastest of each A/F
-/// split: NIC split ±1, ±2 and group sizes p, 2p, 4p. Each candidate is retried with full
+/// AF-Pipe: exactly `af` when given (fused as k.af_fuse says), else a two-phase search:
+/// every A GPUs per node 1..gpus_per_node−1 (F gets the rest) and pair count 1..16 with
+/// proportional NICs and ping-pong group 2p, each with stage-aligned fusion on and off,
+/// then around the three best and the best and fastest of each A/F split (each with its
+/// fusion choice): NIC split ±1, ±2 and group sizes p, 2p, 4p. Each candidate is retried with full
 /// recomputation when its activations do not fit (unless `o.memory.recompute` is
 /// already set). Throws ConfigError when no layout can run, or when a timeline would
 /// exceed the work or memory budget (expect_timeline_fits). Cost: one simulation per
@@ -183,18 +185,20 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
     if (s && detail::better(*s, best)) best = std::move(s);
   };
   if (name == AFPipe::kName) {
-    auto try_af = [&](const AfLayout& lay, int g) {
+    auto try_af = [&](const AfLayout& lay, int g, bool fuse) {
       PolicyKnobs kk = k;
       kk.af_group_size = g;
+      kk.af_fuse = fuse;
       return run([&](const CostOptions& oo) { return af_problem(m, c, lay, oo); }, kk,
-                 [&](bool rc) { return detail::af_label(lay, g, rc); });
+                 [&](bool rc) { return detail::af_label(lay, g, rc, fuse); });
     };
     if (af) {
-      consider(try_af(*af, k.af_group_size > 0 ? k.af_group_size : 2 * af->groups));
+      consider(try_af(*af, k.af_group_size > 0 ? k.af_group_size : 2 * af->groups, k.af_fuse));
       if (!best) af_problem(m, c, *af, o);  // rethrow the layout's own error, if any
     } else {
       struct Cand {
         AfLayout lay;
+        bool fuse;
         double step;
         bool fits;
       };
@@ -204,36 +208,39 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
         for (int p = 1; p <= std::min(16, m.layers); ++p) {
           const int na = std::clamp(c.nics_per_node * a / c.gpus_per_node, 1, std::max(1, c.nics_per_node - 1));
           const AfLayout lay{p, a, c.gpus_per_node - a, multi ? na : 0, multi ? c.nics_per_node - na : 0};
-          if (auto s = try_af(lay, 2 * p)) {
-            first.push_back({lay, s->result.step_seconds, s->fits});
-            consider(std::move(s));
-          }
+          for (bool fuse : {true, false})
+            if (auto s = try_af(lay, 2 * p, fuse)) {
+              first.push_back({lay, fuse, s->result.step_seconds, s->fits});
+              consider(std::move(s));
+            }
         }
       const auto before = [](const Cand& x, const Cand& y) { return x.fits != y.fits ? x.fits : x.step < y.step; };
       std::stable_sort(first.begin(), first.end(), before);
       // Phase two refines the three best and, for every A/F split, its best candidate
       // and its fastest one (a layout that does not fit with g = 2p may fit with g = p).
-      std::vector<AfLayout> bases;
-      auto add_base = [&](const AfLayout& l) {
+      std::vector<Cand> bases;
+      auto add_base = [&](const Cand& l) {
         for (const auto& b : bases)
-          if (b.groups == l.groups && b.attention_gpus_per_node == l.attention_gpus_per_node) return;
+          if (b.lay.groups == l.lay.groups && b.lay.attention_gpus_per_node == l.lay.attention_gpus_per_node &&
+              b.fuse == l.fuse)
+            return;
         bases.push_back(l);
       };
-      for (std::size_t i = 0; i < std::min<std::size_t>(3, first.size()); ++i) add_base(first[i].lay);
+      for (std::size_t i = 0; i < std::min<std::size_t>(3, first.size()); ++i) add_base(first[i]);
       for (int a = 1; a < c.gpus_per_node; ++a) {
         const Cand* fastest = nullptr;
         for (const auto& x : first) {
           if (x.lay.attention_gpus_per_node != a) continue;
-          if (!fastest) add_base(x.lay);  // the first of split a is its best (fits first)
+          if (!fastest) add_base(x);  // the first of split a is its best (fits first)
           if (!fastest || x.step < fastest->step) fastest = &x;
         }
-        if (fastest) add_base(fastest->lay);
+        if (fastest) add_base(*fastest);
       }
-      for (const AfLayout& base : bases) {
+      for (const Cand& base : bases) {
         for (int d = -2; d <= 2; ++d)
           for (int gm : {1, 2, 4}) {
             if (d == 0 && gm == 2) continue;  // phase one already ran it
-            AfLayout lay = base;
+            AfLayout lay = base.lay;
             if (multi) {
               lay.attention_nics_per_node += d;
               lay.ffn_nics_per_node -= d;
@@ -241,7 +248,7 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
             } else if (d != 0) {
               continue;
             }
-            consider(try_af(lay, gm * lay.groups));
+            consider(try_af(lay, gm * lay.groups, base.fuse));
           }
       }
     }
