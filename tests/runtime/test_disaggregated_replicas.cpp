@@ -78,6 +78,7 @@ struct ReplicaRun {
   Parameters gathered;                                     // gather_parameters on rank 0
   std::int64_t parameter_count = 0;
   std::map<std::tuple<int, int, int>, std::int64_t> rows;  // (layer, expert, F-rank) -> rows served
+  std::vector<std::vector<std::int64_t>> expert_rows;      // gather_expert_rows of the last step
 };
 
 // Trains on `data` (`optimize`), or only computes the gradients of data[0] (`!optimize`).
@@ -99,8 +100,10 @@ ReplicaRun replicated(const dm::ModelSpec& spec, int m, const std::vector<Batch>
     std::vector<rt::ParameterSet<float>*> into;
     if (t.rank() == 0) into = {&whole.attention().parameters(), &whole.experts().parameters()};
     tr.gather_parameters(into);
+    const auto expert_rows = tr.gather_expert_rows();
     const std::lock_guard lock(mu);
     if (t.rank() == 0) {
+      r.expert_rows = expert_rows;
       r.run.stats = stats;
       r.parameter_count = tr.parameter_count();
       collect(whole.attention().parameters(), r.gathered);
@@ -218,7 +221,7 @@ TEST_CASE("redundant experts: one step's gradients match the colocated trainer's
     MESSAGE("largest relative gradient difference " << worst);
     CHECK(worst < 1e-5);
     CHECK(check_identical_copies(got.copy_gradients) > 0);
-    std::map<std::pair<int, int>, std::int64_t> served;
+    std::map<std::pair<int, int>, std::int64_t> served, per_rank;  // (layer, expert), (worker, rank)
     std::int64_t by_replicas = 0, pairs = 0;
     for (const auto& copy : got.rows) {
       const int l = std::get<0>(copy.first), e = std::get<1>(copy.first), rank = std::get<2>(copy.first);
@@ -228,6 +231,7 @@ TEST_CASE("redundant experts: one step's gradients match the colocated trainer's
       const auto hosts = rt::expert_hosts(opt, spec, l)[static_cast<std::size_t>(e)];
       REQUIRE(std::find(hosts.begin(), hosts.end(), rank) != hosts.end());
       served[{l, e}] += copy.second;
+      per_rank[{l % c.pairs, rank}] += copy.second;  // AF-Pipe: layer l on pair l mod p (1F1B here: one stage)
       by_replicas += rank != hosts.front() ? copy.second : 0;
     }
     for (const auto& expert : ref.rows) {
@@ -241,6 +245,14 @@ TEST_CASE("redundant experts: one step's gradients match the colocated trainer's
     for (int l = 0; l < spec.layers; ++l) moe += spec.is_moe_layer(l);
     CHECK(pairs == static_cast<std::int64_t>(data[0].in.size()) * moe * (spec.top_k + spec.shared_experts));
     CHECK(by_replicas > 0);
+    // What the trainer reports as each rank's rows (the load the replicas balance).
+    REQUIRE(got.expert_rows.size() == static_cast<std::size_t>(c.pairs));
+    for (int i = 0; i < c.pairs; ++i)
+      for (int rank = 0; rank < c.ffn_ranks; ++rank) {
+        CAPTURE(i);
+        CAPTURE(rank);
+        CHECK(got.expert_rows[static_cast<std::size_t>(i)].at(static_cast<std::size_t>(rank)) == per_rank[{i, rank}]);
+      }
   }
 }
 

@@ -200,12 +200,12 @@ class ChannelExchange {
   }
 
   /// F-rank: the forward of `stage`'s experts of layer l on the rows channel (l, j) fanned
-  /// out to them, written back as the channel's expert outputs. The stage holds each
-  /// expert once, ids ascending; the channel has a block per copy id (a replica's id
-  /// comes after every primary's), so blocks go to the stage in its order.
+  /// out to them, written back as the channel's expert outputs; returns the rows. The
+  /// stage holds each expert once, ids ascending; the channel has a block per copy id (a
+  /// replica's id comes after every primary's), so blocks go to the stage in its order.
   template <class Stage>
-  void expert_forward(Stage& stage, int l, int j) {
-    visit(l, j, Side::kFfn, [&](auto& ch) {
+  std::int64_t expert_forward(Stage& stage, int l, int j) {
+    return visit(l, j, Side::kFfn, [&](auto& ch) {
       const auto& order = stage_order_.at(l);
       std::vector<std::int64_t> offsets{0};
       for (const std::size_t le : order) offsets.push_back(offsets.back() + static_cast<std::int64_t>(ch.expert_rows(le)));
@@ -213,6 +213,7 @@ class ChannelExchange {
       Matrix out;
       stage.forward(l, j, offsets, rows, out);
       scatter(order, out, [&](std::size_t le) { return ch.expert_output(le); });
+      return offsets.back();
     });
   }
 

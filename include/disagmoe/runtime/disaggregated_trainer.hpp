@@ -240,6 +240,24 @@ class DisaggregatedTrainer {
     }
     return out;
   }
+  /// Collective: the token-expert rows the experts of every FFN rank (colocated: of every
+  /// rank) computed in the last step's forward, routed and shared, [FFN worker][rank]: the
+  /// expert-parallel load a placement and its replicas (DeepSeek's EPLB) balance.
+  std::vector<std::vector<std::int64_t>> gather_expert_rows() {
+    const auto all = comm::all_gather(world_, std::as_bytes(std::span(&expert_rows_, 1)), world_.max_tag(),
+                                      comm::deadline_after(options_.executor.timeout), "expert rows");
+    std::vector<std::vector<std::int64_t>> out(static_cast<std::size_t>(p_));
+    for (int i = 0; i < p_; ++i)
+      for (int r = 0; r < n_ranks_; ++r) {
+        const auto& bytes = all[static_cast<std::size_t>(world_rank(ranks_.colocated ? i : p_ + i, r))];
+        expect(bytes.size() == sizeof(std::int64_t), "expert rows bytes of rank " + std::to_string(r), bytes.size(),
+               "one count per rank");
+        std::int64_t rows = 0;
+        std::memcpy(&rows, bytes.data(), sizeof rows);
+        out[static_cast<std::size_t>(i)].push_back(rows);
+      }
+    return out;
+  }
   /// This rank's stages (the other is absent).
   [[nodiscard]] AttentionStage<Attention>* attention() { return attention_ ? &*attention_ : nullptr; }
   [[nodiscard]] ExpertStage<Experts>* experts() { return experts_ ? &*experts_ : nullptr; }
@@ -392,6 +410,7 @@ class DisaggregatedTrainer {
       check_same_program();
     }
     tokens_ = static_cast<std::size_t>(per / m_ranks_) * static_cast<std::size_t>(spec_.seq_len);
+    expert_rows_ = 0;
     batch_ = batch;
     cells_.assign(static_cast<std::size_t>(m) * static_cast<std::size_t>(spec_.layers), Cell{});
     final_.assign(static_cast<std::size_t>(m), Matrix());
@@ -501,11 +520,15 @@ class DisaggregatedTrainer {
   }
 
   void expert_forward(int j, int l, Cell& c) {
-    if (channel_) return exchange_->expert_forward(*experts_, l, j);
+    if (channel_) {
+      expert_rows_ += exchange_->expert_forward(*experts_, l, j);
+      return;
+    }
     c.dispatch.emplace(c.topk, spec_.experts, spec_.shared_experts);
     Matrix rows;
     group_rows(*c.dispatch, c.tokens, rows);
     c.tokens = Matrix();
+    expert_rows_ += rows.rows();
     experts_->forward(l, j, c.dispatch->offsets, rows, c.expert_out);
     combine_outputs(*c.dispatch, c.expert_out, c.gates, c.y);
     if (fused(l)) {  // the next layer's input, as colocated: residual + y
@@ -901,6 +924,7 @@ class DisaggregatedTrainer {
   std::optional<AttentionStage<Attention>> attention_;
   std::optional<ExpertStage<Experts>> experts_;
   std::vector<char> copy_slot_;  // per slot of experts_: a copy of an expert another F-rank reports
+  std::int64_t expert_rows_ = 0;  // rows this rank's experts computed in the step's forward (forward stream)
   std::vector<std::string> names_;
   std::int64_t total_parameters_ = 0;
   std::int64_t step_ = 0;
