@@ -318,7 +318,8 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
                   secs / static_cast<double>(tr.steps() - first) * static_cast<double>(in.steps - tr.steps()));
     out.curve.push_back({{"step", tr.steps()}, {"loss", st.loss}, {"aux_loss", st.aux_loss}, {"z_loss", st.z_loss},
                          {"grad_norm", st.grad_norm}, {"lr", st.lr}, {"step_seconds", step_s},
-                         {"exposed_comm_seconds", out.exposed_comm_seconds.back()}});
+                         {"exposed_comm_seconds", out.exposed_comm_seconds.back()},
+                         {"expert_rows_max_over_mean", load}});
   }
   if (bar) bar->clear();
   std::vector<rt::ParameterSet<float>*> into;
