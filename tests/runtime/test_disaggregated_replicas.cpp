@@ -151,6 +151,12 @@ struct Layout {
   std::vector<std::vector<int>> replicas;
   bool fuse = false;
   rt::ScheduleKind schedule = rt::ScheduleKind::kAfPipe;
+
+  dm::ModelSpec spec() const { return spec_of(layers, top_k, dense, shared); }
+  /// `steps` batches of `micro_batches` micro-batches of 2 sequences per A-rank.
+  std::vector<Batch> data(int steps) const { return batches(steps, 2 * micro_batches * attention_ranks, spec().seq_len); }
+  /// The colocated reference takes each A-rank's share as a micro-batch.
+  int reference_micro_batches() const { return micro_batches * attention_ranks; }
 };
 
 rt::DisaggregatedOptions options_of(const Layout& c) {
@@ -209,11 +215,11 @@ TEST_CASE("redundant experts: one step's gradients match the colocated trainer's
   // on every copy.
   for (const auto& c : layouts()) {
     CAPTURE(std::string(c.name));
-    const auto spec = spec_of(c.layers, c.top_k, c.dense, c.shared);
-    const auto data = batches(1, 2 * c.micro_batches * c.attention_ranks, spec.seq_len);
+    const auto spec = c.spec();
+    const auto data = c.data(1);
     const auto opt = options_of(c);
     REQUIRE(rt::has_replicas(opt));
-    const auto ref = colocated_gradients(spec, c.micro_batches * c.attention_ranks, data[0]);
+    const auto ref = colocated_gradients(spec, c.reference_micro_batches(), data[0]);
     const ReplicaRun got = replicated(spec, c.micro_batches, data, opt, false);
     check_close_stats({ref.stats}, got.run.stats);
     REQUIRE(got.gradients.size() == ref.gradients.size());
@@ -266,11 +272,10 @@ TEST_CASE("redundant experts: disaggregated training matches the colocated train
   // leaves differences of order 1).
   for (const auto& c : layouts()) {
     CAPTURE(std::string(c.name));
-    const auto spec = spec_of(c.layers, c.top_k, c.dense, c.shared);
-    const auto data = batches(3, 2 * c.micro_batches * c.attention_ranks, spec.seq_len);
-    const auto opt = options_of(c);
-    const Run ref = colocated(spec, c.micro_batches * c.attention_ranks, data);
-    const ReplicaRun got = replicated(spec, c.micro_batches, data, opt, true);
+    const auto spec = c.spec();
+    const auto data = c.data(3);
+    const Run ref = colocated(spec, c.reference_micro_batches(), data);
+    const ReplicaRun got = replicated(spec, c.micro_batches, data, options_of(c), true);
     check_close_stats(ref.stats, got.run.stats);
     REQUIRE(got.run.params.size() == ref.params.size());
     const double worst = max_tensor_rel_diff(ref.params, got.run.params);
