@@ -59,8 +59,10 @@ struct DisaggregatedArgs {
   int timeout_ms = 30000;
   std::string trace;
   std::string placement = "contiguous";  // or correlated: fitted to the starting model's routing
-  int placement_batches = 8;             // batches of routing the correlated placement is fitted to
+  int placement_batches = 8;             // batches of routing the correlated placement and the replicas are fitted to
+  int replicas = 0;                      // redundant expert slots per FFN rank (baselines: per rank) and MoE layer
   std::vector<int> expert_rank;          // filled by fit_placement
+  std::vector<std::vector<int>> expert_replicas;  // filled by fit_placement
 };
 
 /// What a run needs from the program: the model, data and the trainer that holds the
@@ -84,6 +86,8 @@ struct RunOutcome {
   // schedule_seconds: the span of the schedule's ops within a step (the rest is the step
   // start, the replicas' gradient sum, the statistics and the optimizer).
   std::vector<double> step_seconds, schedule_seconds, exposed_comm_seconds, bottleneck_exposed_comm_seconds;
+  // Per step: the busiest expert rank's rows over its worker's mean, the worst worker.
+  std::vector<double> expert_rows_max_over_mean;
   double predicted_step_seconds = 0, simulated_exposed_comm_seconds = 0, simulated_bottleneck_exposed_comm_seconds = 0;
   bool rank0 = true;
   int ranks = 0;
@@ -115,6 +119,7 @@ inline rt::DisaggregatedOptions disaggregated_options(const DisaggregatedArgs& d
   o.policy.fuse_combine_dispatch = !is_baseline(d) && !d.no_fuse;
   o.policy.m2n_uses_sms = false;  // CPU workers: no SMs to take
   o.expert_rank = d.expert_rank;
+  o.expert_replicas = d.expert_replicas;
   o.executor.timeout = std::chrono::milliseconds(d.timeout_ms);
   if (d.net_bandwidth > 0) o.bytes_per_second = d.net_bandwidth;
   o.latency_seconds = d.net_latency;
@@ -163,12 +168,25 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
          "contiguous or correlated");
   expect(d.placement_batches >= 1 && d.placement_batches <= 4096, "--placement-batches", d.placement_batches,
          "an integer in [1, 4096]");
+  const int expert_ranks = is_baseline(d) ? d.attention_ranks : d.ffn_ranks;
+  const char* expert_ranks_option = is_baseline(d) ? "--attention-ranks" : "--ffn-ranks";
   if (d.placement == "correlated") {
     expect(d.schedule != "colocated", "--placement", d.placement, "contiguous with --schedule colocated (one worker)");
-    const int ranks = is_baseline(d) ? d.attention_ranks : d.ffn_ranks;
-    expect(spec.experts % ranks == 0, is_baseline(d) ? "--attention-ranks" : "--ffn-ranks", ranks,
+    expect(spec.experts % expert_ranks == 0, expert_ranks_option, expert_ranks,
            "a divisor of --experts (" + std::to_string(spec.experts) + ") for --placement correlated: every rank "
            "holds as many experts");
+  }
+  expect(d.replicas >= 0, "--replicas", d.replicas, "an integer >= 0");
+  if (d.replicas > 0) {
+    expect(d.schedule != "colocated", "--replicas", d.replicas, "0 with --schedule colocated (one worker holds every expert)");
+    expect(expert_ranks >= 2, "--replicas", d.replicas,
+           std::string("0 with ") + expert_ranks_option + " 1 (a copy lives on another rank than its expert)");
+    expect(spec.experts % expert_ranks == 0, expert_ranks_option, expert_ranks,
+           "a divisor of --experts (" + std::to_string(spec.experts) + ") for --replicas: every rank holds as many "
+           "experts");
+    expect(d.replicas <= spec.experts / expert_ranks, "--replicas", d.replicas,
+           "at most --experts / " + std::string(expert_ranks_option) + " = " +
+               std::to_string(spec.experts / expert_ranks) + " (EPLB's limit: no rank needs two copies of an expert)");
   }
   if (d.schedule == "colocated")
     expect(d.transport == "loopback" && d.pairs == 0 && !d.check_reference && d.trace.empty() && d.net_bandwidth == 0 &&
@@ -188,11 +206,21 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
   }
 }
 
-/// Fits `d.expert_rank` to how the starting model `full` routes `d.placement_batches`
-/// training batches of `batch` sequences (drawn with their own seed, so the training data
-/// stream is untouched); returns what it saves. Every MPI rank computes the same placement.
-inline rt::FittedPlacement fit_placement(DisaggregatedArgs& d, Colocated& full, const rt::ByteCorpus& corpus,
-                                         int batch, std::uint64_t seed) {
+/// What `fit_placement` fitted: the correlated placement (`--placement correlated`) and
+/// the replicas (`--replicas`), each with what it changes on the routing it was fitted to.
+struct Fitted {
+  std::optional<rt::FittedPlacement> placement;
+  std::optional<rt::FittedReplicas> replicas;
+};
+
+/// Fits `d.expert_rank` (`--placement correlated`) and `d.expert_replicas` (`--replicas`)
+/// to how the starting model `full` routes `d.placement_batches` training batches of
+/// `batch` sequences (drawn with their own seed, so the training data stream is
+/// untouched). Every MPI rank computes the same layout (one thread).
+inline Fitted fit_placement(DisaggregatedArgs& d, Colocated& full, const rt::ByteCorpus& corpus, int batch,
+                            std::uint64_t seed) {
+  Fitted out;
+  if (d.placement != "correlated" && d.replicas == 0) return out;
   mo::Rng rng(mo::derive_seed(seed, 0x9A7C));
   std::vector<std::int32_t> routing;
   for (int i = 0; i < d.placement_batches; ++i) {
@@ -200,11 +228,22 @@ inline rt::FittedPlacement fit_placement(DisaggregatedArgs& d, Colocated& full, 
     const auto r = full.routing({b.inputs, b.targets, b.sequences});
     routing.insert(routing.end(), r.begin(), r.end());
   }
-  placement::CorrelatedPlacementOptions po;
-  po.threads = 1;  // the same placement on every rank and machine
-  auto fitted = rt::fit_expert_placement(full.spec(), routing, is_baseline(d) ? d.attention_ranks : d.ffn_ranks, po);
-  d.expert_rank = fitted.expert_rank;
-  return fitted;
+  const int ranks = is_baseline(d) ? d.attention_ranks : d.ffn_ranks;
+  if (d.placement == "correlated") {
+    placement::CorrelatedPlacementOptions po;
+    po.threads = 1;
+    out.placement = rt::fit_expert_placement(full.spec(), routing, ranks, po);
+    d.expert_rank = out.placement->expert_rank;
+  }
+  if (d.replicas > 0) {  // on top of the run's primaries, [layer][expert]
+    const auto layout = disaggregated_options(d, 1);
+    std::vector<int> primaries;
+    for (int l = 0; l < full.spec().layers; ++l)
+      for (int e = 0; e < full.spec().experts; ++e) primaries.push_back(rt::expert_rank_of(layout, full.spec(), l, e));
+    out.replicas = rt::fit_expert_replicas(full.spec(), routing, primaries, ranks, d.replicas);
+    d.expert_replicas = out.replicas->expert_replicas;
+  }
+  return out;
 }
 
 /// max |a_i - b_i| / max |b_i| over two equally long sequences (0 when equal): the
@@ -252,7 +291,17 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     const rt::StepStats st = tr.step({b.inputs, b.targets, b.sequences});
     const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
     const auto timelines = tr.gather_timelines();
+    const auto rows = tr.gather_expert_rows();
     if (!lead) continue;
+    double load = 0;
+    for (const auto& worker : rows) {
+      std::int64_t sum = 0;
+      for (const auto r : worker) sum += r;
+      if (sum > 0)
+        load = std::max(load, static_cast<double>(*std::max_element(worker.begin(), worker.end())) *
+                                  static_cast<double>(worker.size()) / static_cast<double>(sum));
+    }
+    out.expert_rows_max_over_mean.push_back(load);
     auto run = rt::measured_run(tr.lowered(), timelines);
     out.step_seconds.push_back(step_s);
     out.schedule_seconds.push_back(run.step_seconds);
@@ -269,7 +318,8 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
                   secs / static_cast<double>(tr.steps() - first) * static_cast<double>(in.steps - tr.steps()));
     out.curve.push_back({{"step", tr.steps()}, {"loss", st.loss}, {"aux_loss", st.aux_loss}, {"z_loss", st.z_loss},
                          {"grad_norm", st.grad_norm}, {"lr", st.lr}, {"step_seconds", step_s},
-                         {"exposed_comm_seconds", out.exposed_comm_seconds.back()}});
+                         {"exposed_comm_seconds", out.exposed_comm_seconds.back()},
+                         {"expert_rows_max_over_mean", load}});
   }
   if (bar) bar->clear();
   std::vector<rt::ParameterSet<float>*> into;

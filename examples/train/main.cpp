@@ -396,20 +396,35 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
                   rt::StageOptions{a.seed, a.recompute});
       if (!a.resume.empty()) rt::load_checkpoint(a.resume, *ref);
     }
-    std::optional<json> placement;
+    std::optional<json> placement, replicas;
     dm::train_cli::DisaggregatedArgs d = a.d;
-    if (d.placement == "correlated" && train) {
+    if (train) {
       const auto fitted = dm::train_cli::fit_placement(d, tr, *corpus, a.batch, a.seed);
-      placement = json{{"method", a.d.placement},
-                       {"fit_tokens", static_cast<std::int64_t>(a.d.placement_batches) * a.batch * spec.seq_len},
-                       {"rows_per_token_contiguous", fitted.rows_per_token_contiguous},
-                       {"rows_per_token", fitted.rows_per_token_fitted},
-                       {"expert_rank", fitted.expert_rank}};
-      if (!a.json_out && lead)
-        std::cout << "placement: correlated, fitted to the starting model's routing of " << (*placement)["fit_tokens"]
-                  << " tokens: " << std::setprecision(3) << fitted.rows_per_token_fitted
-                  << " send-once rows per token and MoE layer (contiguous: " << fitted.rows_per_token_contiguous
-                  << ")\n" << std::defaultfloat;
+      const std::int64_t fit_tokens = static_cast<std::int64_t>(a.d.placement_batches) * a.batch * spec.seq_len;
+      if (const auto& p = fitted.placement) {
+        placement = json{{"method", a.d.placement},
+                         {"fit_tokens", fit_tokens},
+                         {"rows_per_token_contiguous", p->rows_per_token_contiguous},
+                         {"rows_per_token", p->rows_per_token_fitted},
+                         {"expert_rank", p->expert_rank}};
+        if (!a.json_out && lead)
+          std::cout << "placement: correlated, fitted to the starting model's routing of " << fit_tokens
+                    << " tokens: " << std::setprecision(3) << p->rows_per_token_fitted
+                    << " send-once rows per token and MoE layer (contiguous: " << p->rows_per_token_contiguous
+                    << ")\n" << std::defaultfloat;
+      }
+      if (const auto& r = fitted.replicas) {
+        replicas = json{{"slots_per_rank", a.d.replicas},
+                        {"fit_tokens", fit_tokens},
+                        {"max_load_over_mean_without", r->max_load_over_mean_without},
+                        {"max_load_over_mean", r->max_load_over_mean},
+                        {"expert_replicas", r->expert_replicas}};
+        if (!a.json_out && lead)
+          std::cout << "replicas: " << a.d.replicas << " per expert rank and MoE layer, fitted to the starting model's "
+                    << "routing of " << fit_tokens << " tokens: the busiest rank serves " << std::setprecision(3)
+                    << r->max_load_over_mean << " x the mean token-expert pairs (without replicas: "
+                    << r->max_load_over_mean_without << ")\n" << std::defaultfloat;
+      }
     }
     const dm::train_cli::RunInputs in{spec, topt, dopt, rt::StageOptions{a.seed, a.recompute}, *corpus, a.batch,
                                       a.steps, a.json_out};
@@ -432,8 +447,10 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
              {"predicted_step_seconds", out.predicted_step_seconds},
              {"predicted_exposed_comm_seconds", out.simulated_exposed_comm_seconds},
              {"bottleneck_exposed_comm_seconds", mean(out.bottleneck_exposed_comm_seconds)},
-             {"predicted_bottleneck_exposed_comm_seconds", out.simulated_bottleneck_exposed_comm_seconds}};
+             {"predicted_bottleneck_exposed_comm_seconds", out.simulated_bottleneck_exposed_comm_seconds},
+             {"expert_rows_max_over_mean", mean(out.expert_rows_max_over_mean)}};
     if (placement) dis["placement"] = *placement;
+    if (replicas) dis["replicas"] = *replicas;
     if (ref) {
       std::vector<double> losses, ref_losses;
       while (ref->steps() < a.steps) {
@@ -454,7 +471,9 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
                 << dis["schedule_seconds"].get<double>() << " s measured, "
                 << dis["predicted_step_seconds"].get<double>() << " s predicted; exposed communication "
                 << dis["exposed_comm_seconds"].get<double>() << " s measured, "
-                << dis["predicted_exposed_comm_seconds"].get<double>() << " s predicted\n" << std::defaultfloat;
+                << dis["predicted_exposed_comm_seconds"].get<double>() << " s predicted; the busiest expert rank "
+                << "computed " << dis["expert_rows_max_over_mean"].get<double>() << " x its worker's mean rows\n"
+                << std::defaultfloat;
     result["disaggregated"] = dis;
   }
   // --device cuda --check-reference: the host run from the same state on the same batches.
@@ -631,7 +650,13 @@ int main(int argc, char** argv) {
                   "expert -> FFN rank per layer: contiguous blocks, or correlated (Expert Coupling: fitted to how the "
                   "starting model routes --placement-batches training batches, co-selected experts together)")
       ->capture_default_str();
-  dis->add_option("--placement-batches", a.d.placement_batches, "batches of routing --placement correlated fits")
+  dis->add_option("--placement-batches", a.d.placement_batches,
+                  "batches of routing --placement correlated and --replicas fit")
+      ->capture_default_str();
+  dis->add_option("--replicas", a.d.replicas,
+                  "redundant expert slots per FFN rank (baselines: per rank) and MoE layer, filled as DeepSeek's EPLB "
+                  "does (hot experts copied, placed by co-selection) from the starting model's routing; each "
+                  "token-expert pair is served by one copy and the copies' gradients are summed")
       ->capture_default_str();
   dis->add_option("--trace", a.d.trace, "Chrome trace of the last step: measured and simulated side by side")->check(kPath);
   app.add_option("--device", a.device,
@@ -655,7 +680,8 @@ int main(int argc, char** argv) {
     expect_applies(app, "--virtual-stages", s == "a2a-overlap", "given only with --schedule a2a-overlap");
     for (const char* o : {"--net-latency", "--timeout"})
       expect_applies(app, o, s != "colocated", "given only with --schedule afpipe, 1f1b or a2a-overlap");
-    expect_applies(app, "--placement-batches", a.d.placement == "correlated", "given only with --placement correlated");
+    expect_applies(app, "--placement-batches", a.d.placement == "correlated" || a.d.replicas > 0,
+                   "given only with --placement correlated or --replicas");
     return run(a);
   });
 }

@@ -101,12 +101,16 @@ TEST_CASE("mpi: disaggregated AF-Pipe equals the colocated trainer bit for bit o
 
 TEST_CASE("mpi: groups of ranks through M2NChannel match the colocated trainer") {
   // 4 ranks: one pair of 2 A-ranks + 2 F-ranks; 6 ranks: two pairs of 1 A-rank + 2 F-ranks,
-  // whose stage alignment hands off between the pairs.
+  // whose stage alignment hands off between the pairs. With replicas, experts 0 and 3
+  // have a copy on each F-rank (the copies' gradient sum over the F-ranks' group).
   auto world = fresh_world();
   const int size = world.size();
-  for (bool fuse : {false, true}) {
+  for (int run = 0; run < 4; ++run) {
+    const bool fuse = run % 2 == 1, replicas = run >= 2;
     CAPTURE(fuse);
+    CAPTURE(replicas);
     rt::DisaggregatedOptions opt;
+    if (replicas) opt.expert_replicas = {{1}, {}, {}, {0}};
     opt.pairs = size == 4 ? 1 : 2;
     opt.attention_ranks = size == 4 ? 2 : 1;
     opt.ffn_ranks = 2;

@@ -99,3 +99,46 @@ TEST_CASE("fit_expert_placement: planted pairs are placed together and every tok
   CHECK_THROWS_WITH_AS((void)rt::fit_expert_placement(spec, routing, 2), doctest::Contains("routing.size()"),
                        dm::ConfigError);
 }
+
+TEST_CASE("fit_expert_replicas: the hot expert gets a copy where the load is low, and the load evens out") {
+  // 8 experts, top-2, 2 F-ranks with contiguous primaries (0-3 | 4-7): every token picks
+  // expert 0 and one other, so F-rank 0 serves 1 + 3/7 of the mean (10/7). With one
+  // replica slot per rank, expert 0 (the largest load per copy) gets a copy on F-rank 1;
+  // a token then takes expert 0 where its other expert is (send-once: no extra row), and
+  // the load follows the other expert: 8/7 of the mean at most.
+  dm::ModelSpec spec = spec_with_dense_first();
+  spec.experts = 8;
+  mo::Rng rng(9);
+  std::vector<std::int32_t> routing;
+  for (int t = 0; t < 2800; ++t)
+    for (int layer = 0; layer < 2; ++layer) {
+      routing.push_back(0);
+      routing.push_back(1 + static_cast<int>(rng.below(7)));
+    }
+  std::vector<int> contiguous;
+  for (int l = 0; l < spec.layers; ++l)
+    for (int e = 0; e < 8; ++e) contiguous.push_back(e / 4);
+  const auto fitted = rt::fit_expert_replicas(spec, routing, contiguous, 2, 1);
+  REQUIRE(fitted.expert_replicas.size() == 3 * 8u);
+  for (int e = 0; e < 8; ++e) CHECK(fitted.expert_replicas[static_cast<std::size_t>(e)].empty());  // dense layer 0
+  for (int l = 1; l < 3; ++l) {
+    CAPTURE(l);
+    CHECK(fitted.expert_replicas[static_cast<std::size_t>(l * 8)] == std::vector<int>{1});
+    int copies[2] = {0, 0};
+    for (int e = 0; e < 8; ++e)
+      for (const int r : fitted.expert_replicas[static_cast<std::size_t>(l * 8 + e)]) {
+        CHECK(r != contiguous[static_cast<std::size_t>(l * 8 + e)]);
+        ++copies[r];
+      }
+    CHECK(copies[0] <= 1);
+    CHECK(copies[1] <= 1);
+  }
+  CHECK(fitted.max_load_over_mean_without == doctest::Approx(10.0 / 7).epsilon(0.03));
+  CHECK(fitted.max_load_over_mean <= 8.0 / 7 * 1.03);
+  const auto none = rt::fit_expert_replicas(spec, routing, contiguous, 2, 0);
+  CHECK(none.max_load_over_mean == none.max_load_over_mean_without);
+  CHECK_THROWS_WITH_AS((void)rt::fit_expert_replicas(spec, routing, contiguous, 2, 5), doctest::Contains("slots_per_gpu = 5"),
+                       dm::ConfigError);
+  CHECK_THROWS_WITH_AS((void)rt::fit_expert_replicas(spec, routing, contiguous, 3, 1), doctest::Contains("ffn ranks = 3"),
+                       dm::ConfigError);
+}

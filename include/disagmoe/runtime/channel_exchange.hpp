@@ -3,9 +3,17 @@
 /// `ChannelExchange`: what one rank of a disaggregated run holds for the M2NChannel
 /// exchange between groups of ranks (runtime/disaggregated_trainer.hpp): its pair groups
 /// with one `comm::M2NChannel` per (MoE layer, micro-batch) created once, up front, and
-/// reused every step, its attention worker's data-parallel group, and the two places
-/// where a stage meets a channel: an F-rank's experts on the rows the channel fanned
-/// out, and the A replicas' gradient sum.
+/// reused every step, its attention worker's data-parallel group, and the places where a
+/// stage meets a channel: an F-rank's experts on the rows the channel fanned out, and the
+/// gradient sums of the A replicas and of redundant experts' copies.
+///
+/// Redundant experts (DeepSeek's EPLB, github.com/deepseek-ai/EPLB): a layer's experts
+/// may have copies on several F-ranks. Every copy is a channel expert id of its own
+/// (comm::ReplicaRouting); an A-rank rewrites its tokens' expert ids to the copies that
+/// serve them before the dispatch (`serving_copies`), an F-rank computes each copy with
+/// its expert's weights (the stage holds the expert once, ids ascending, so the channel's
+/// per-copy blocks are put in the stage's order), and after the backward the copies'
+/// gradients are summed over the FFN worker's ranks in rank order (runtime/gradient_sum.hpp).
 ///
 /// Pair groups: (A_i's M ranks, then F_i's N ranks) for the layers of pair i whose F_i
 /// returns to A_i, and the hand-off group (A_i, F_i, then the M ranks of the next
@@ -39,9 +47,11 @@
 #include <disagmoe/comm/dual_role.hpp>
 #include <disagmoe/comm/laned_transport.hpp>
 #include <disagmoe/comm/m2n_channel.hpp>
+#include <disagmoe/comm/replica_routing.hpp>
 #include <disagmoe/comm/transport.hpp>
 #include <disagmoe/error.hpp>
 #include <disagmoe/runtime/disaggregated_options.hpp>
+#include <disagmoe/runtime/gradient_sum.hpp>
 #include <disagmoe/runtime/parameter_set.hpp>
 #include <disagmoe/spec/model_spec.hpp>
 
@@ -52,6 +62,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -72,11 +83,12 @@ class ChannelExchange {
   /// (pair, or colocated stage) of layer l; `hand_off[l]`: F_l returns to layer l+1's
   /// attention worker. Shared experts ride as extra routing slots of gate 1 (ids E, E+1,
   /// ...), so a channel's combine adds them after the routed slots, as the colocated
-  /// combine does. `expert_rank[l]`: F-rank of every expert of layer l, routed then shared.
+  /// combine does. `hosts[l][e]`: the F-ranks holding a copy of expert e of layer l
+  /// (routed, then shared), its primary first (`expert_hosts`); a dense layer's is unused.
   ChannelExchange(Transport& world, const RankLayout& ranks, const std::vector<int>& layer_worker,
                   const std::vector<bool>& hand_off, const ModelSpec& spec, int micro_batches,
-                  std::vector<std::vector<std::int32_t>> expert_rank, std::chrono::milliseconds timeout)
-      : spec_(spec), timeout_(timeout) {
+                  std::vector<std::vector<std::vector<std::int32_t>>> hosts, std::chrono::milliseconds timeout)
+      : spec_(spec), timeout_(timeout), home_(ranks.colocated ? ranks.index_of(world.rank()) : -1) {
     const int me = world.rank(), worker = ranks.worker_of(me);
     const int pair = ranks.colocated ? worker : worker % ranks.pairs;
     const bool attention = ranks.colocated || worker < ranks.pairs;
@@ -107,6 +119,18 @@ class ChannelExchange {
       for (int r = 0; r < ranks.attention_ranks; ++r) members.push_back(ranks.world_rank(next, r));
       if (auto handed = world.split(members)) hand_off_group_[static_cast<std::size_t>(i)].emplace(lay_out(std::move(*handed), channels));
     }
+    bool replicas = false;  // the same on every rank: the copies' gradient sum needs the FFN groups
+    for (int l = 0; l < spec.layers; ++l)
+      if (spec.is_moe_layer(l))
+        for (const auto& h : hosts[static_cast<std::size_t>(l)]) replicas = replicas || h.size() > 1;
+    for (int i = 0; replicas && !ranks.colocated && i < ranks.pairs; ++i) {
+      std::vector<int> members;
+      for (int r = 0; r < ranks.ffn_ranks; ++r) members.push_back(ranks.world_rank(ranks.pairs + i, r));
+      auto f = world.split(members);
+      if (f) ffn_group_.emplace(std::move(*f));
+    }
+    // Colocated: the stage's ranks hold its experts, so they sum the copies.
+    replica_group_ = !replicas ? nullptr : ranks.colocated ? &*attention_group_ : ffn_group_ ? &*ffn_group_ : nullptr;
     if (ranks.colocated) {
       dual_ = std::make_unique<comm::DualRoleGroup<Transport>>(*attention_group_);
       attention_end_ = dual_->attention();
@@ -126,9 +150,11 @@ class ChannelExchange {
       const bool handed = !ranks.colocated && hand_off[static_cast<std::size_t>(l)];
       const bool next_here = handed && attention && layer_worker[static_cast<std::size_t>(l) + 1] == pair;
       if (i != pair && !next_here) continue;  // not a member of layer l's channels
+      const auto& copies = routing_.try_emplace(l, std::move(hosts[static_cast<std::size_t>(l)]), ranks.ffn_ranks)
+                               .first->second;
       comm::ChannelConfig c = base;  // one connection per layer, a channel per micro-batch
       c.name = "layer " + std::to_string(l);
-      c.expert_rank = std::move(expert_rank[static_cast<std::size_t>(l)]);
+      c.expert_rank.assign(copies.expert_rank().begin(), copies.expert_rank().end());
       c.hand_off = handed;
       c.tag_base = comm::kTagsPerChannel * count * micro_batches;
       expect(c.tag_base + comm::kTagsPerChannel * micro_batches <= comm::kHandshakeTag, "channels per pair",
@@ -154,6 +180,17 @@ class ChannelExchange {
         colocated_[{l, j}] = {std::make_unique<EndChannel>(*a, j, backend_, stream_),
                               std::make_unique<EndChannel>(*f, j, backend_, stream_)};
     }
+    if (!ranks.colocated && attention) return;
+    for (auto& entry : routing_) {  // F-rank: the stage's experts ascending, each once
+      const comm::ReplicaRouting& copies = entry.second;
+      auto& order = stage_order_[entry.first];
+      visit(entry.first, 0, Side::kFfn, [&](auto& ch) {
+        for (std::size_t le = 0; le < ch.local_experts(); ++le) order.push_back(le);
+        std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+          return copies.expert_of(ch.expert_id(a)) < copies.expert_of(ch.expert_id(b));
+        });
+      });
+    }
   }
 
   /// Calls f(channel) with this rank's `side` end of the channel of MoE layer `l`,
@@ -167,18 +204,33 @@ class ChannelExchange {
     return f(*channels_.at({l, j}));
   }
 
+  /// A-rank: the channel expert ids of the copies serving `ids` ([tokens x slots], the
+  /// routed then shared experts of each token) of layer `l`: comm::ReplicaRouting's rule,
+  /// with this rank as every token's home when it holds experts too (colocated). Without
+  /// replicas every id is its own. Called from the comm stream only (the routing keeps
+  /// per-call loads). O(ids x copies).
+  std::vector<std::int32_t> serving_copies(int l, std::span<const std::int32_t> ids, int slots) {
+    std::vector<std::int32_t> out(ids.size());
+    const std::vector<std::int32_t> home(home_ < 0 ? 0 : ids.size() / static_cast<std::size_t>(slots), home_);
+    (void)routing_.at(l).route(ids, slots, home, out);
+    return out;
+  }
+
   /// F-rank: the forward of `stage`'s experts of layer l on the rows channel (l, j) fanned
-  /// out to them (grouped by local expert), written back as the channel's expert outputs.
+  /// out to them, written back as the channel's expert outputs; returns the rows. The
+  /// stage holds each expert once, ids ascending; the channel has a block per copy id (a
+  /// replica's id comes after every primary's), so blocks go to the stage in its order.
   template <class Stage>
-  void expert_forward(Stage& stage, int l, int j) {
-    visit(l, j, Side::kFfn, [&](auto& ch) {
+  std::int64_t expert_forward(Stage& stage, int l, int j) {
+    return visit(l, j, Side::kFfn, [&](auto& ch) {
+      const auto& order = stage_order_.at(l);
       std::vector<std::int64_t> offsets{0};
-      for (std::size_t k = 0; k < ch.local_experts(); ++k)
-        offsets.push_back(offsets.back() + static_cast<std::int64_t>(ch.expert_rows(k)));
-      const Matrix rows = grouped(offsets.back(), [&] { return ch.expert_input(0).data(); });
+      for (const std::size_t le : order) offsets.push_back(offsets.back() + static_cast<std::int64_t>(ch.expert_rows(le)));
+      const Matrix rows = gathered(order, offsets.back(), [&](std::size_t le) { return ch.expert_input(le); });
       Matrix out;
       stage.forward(l, j, offsets, rows, out);
-      if (rows.size() > 0) std::memcpy(ch.expert_output(0).data(), out.data(), bytes_of(out));
+      scatter(order, out, [&](std::size_t le) { return ch.expert_output(le); });
+      return offsets.back();
     });
   }
 
@@ -187,12 +239,13 @@ class ChannelExchange {
   template <class Stage>
   void expert_backward(Stage& stage, int l, int j) {
     visit(l, j, Side::kFfn, [&](auto& ch) {
+      const auto& order = stage_order_.at(l);
       std::int64_t rows_n = 0;
-      for (std::size_t k = 0; k < ch.local_experts(); ++k) rows_n += static_cast<std::int64_t>(ch.expert_rows(k));
-      const Matrix d_out = grouped(rows_n, [&] { return ch.expert_grad_output(0).data(); });
+      for (const std::size_t le : order) rows_n += static_cast<std::int64_t>(ch.expert_rows(le));
+      const Matrix d_out = gathered(order, rows_n, [&](std::size_t le) { return ch.expert_grad_output(le); });
       Matrix d_rows;
       stage.backward_input(l, j, d_out, d_rows);
-      if (d_out.size() > 0) std::memcpy(ch.expert_grad_input(0).data(), d_rows.data(), bytes_of(d_rows));
+      scatter(order, d_rows, [&](std::size_t le) { return ch.expert_grad_input(le); });
     });
   }
 
@@ -208,34 +261,56 @@ class ChannelExchange {
   /// A-rank of a worker of several ranks: every replica's gradients summed in rank order
   /// (the same bits on every replica). Collective over the attention group; no-op elsewhere.
   void sum_replica_gradients(ParameterSet<T>& params) {
-    if (!attention_group_ || attention_group_->size() == 1) return;
-    std::vector<T> mine;
-    for (const auto& sl : params.slots()) mine.insert(mine.end(), sl.grad->data(), sl.grad->data() + sl.grad->size());
-    const auto all = comm::all_gather(*attention_group_, std::as_bytes(std::span(mine)), attention_group_->max_tag(),
-                                      comm::deadline_after(timeout_), "attention gradients");
-    std::vector<T> sum(mine.size()), part(mine.size());
-    for (std::size_t r = 0; r < all.size(); ++r) {
-      expect(all[r].size() == mine.size() * sizeof(T), "attention gradient bytes of rank " + std::to_string(r),
-             all[r].size(), "the same on every replica");
-      std::memcpy(part.data(), all[r].data(), all[r].size());
-      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = r == 0 ? part[i] : sum[i] + part[i];
+    if (!attention_group_) return;
+    std::vector<ParameterSlot<T>*> slots;
+    for (auto& s : params.slots()) slots.push_back(&s);
+    sum_gradients_by_name<Transport, T>(*attention_group_, slots, timeout_, "attention gradients");
+  }
+
+  /// F-rank of a run with redundant experts: the gradients of every expert with copies on
+  /// several F-ranks summed over its copies in rank order (the same bits on each), so the
+  /// optimizer keeps the copies identical. Collective over the FFN worker's ranks (the
+  /// stage's, colocated); no-op in a run without replicas and on A-ranks.
+  template <class Stage>
+  void sum_expert_replica_gradients(Stage& stage) {
+    if (replica_group_ == nullptr) return;
+    std::vector<ParameterSlot<T>*> copies;
+    auto& slots = stage.parameters().slots();
+    const auto& layout = stage.layout();
+    for (std::size_t i = 0; i < layout.layers.size(); ++i) {
+      const int l = layout.layers[i];
+      for (const int e : layout.experts[i])
+        if (routing_.at(l).hosts(e).size() > 1) {
+          const auto [first, last] = stage.expert_slots(l, e);
+          for (std::size_t k = first; k < last; ++k) copies.push_back(&slots[k]);
+        }
     }
-    std::size_t at = 0;
-    for (auto& sl : params.slots()) {
-      std::memcpy(sl.grad->data(), sum.data() + at, static_cast<std::size_t>(sl.grad->size()) * sizeof(T));
-      at += static_cast<std::size_t>(sl.grad->size());
-    }
+    sum_gradients_by_name<Transport, T>(*replica_group_, copies, timeout_, "expert replica gradients");
   }
 
  private:
-  // rows x hidden copied from a channel's contiguous per-expert blocks (none: empty).
-  template <class Source>
-  Matrix grouped(std::int64_t rows, Source&& source) const {
+  // rows x hidden: the channel's per-copy blocks `block(le)`, in the stage's order.
+  template <class Block>
+  Matrix gathered(const std::vector<std::size_t>& order, std::int64_t rows, Block&& block) const {
     Matrix m(static_cast<Eigen::Index>(rows), spec_.hidden);
-    if (rows > 0) std::memcpy(m.data(), source(), bytes_of(m));
+    std::size_t at = 0;
+    for (const std::size_t le : order) {
+      const auto b = block(le);
+      if (!b.empty()) std::memcpy(m.data() + at, b.data(), b.size_bytes());
+      at += b.size();
+    }
     return m;
   }
-  static std::size_t bytes_of(const Matrix& m) { return static_cast<std::size_t>(m.size()) * sizeof(T); }
+  // The stage's rows `m` back into the channel's per-copy blocks.
+  template <class Block>
+  static void scatter(const std::vector<std::size_t>& order, const Matrix& m, Block&& block) {
+    std::size_t at = 0;
+    for (const std::size_t le : order) {
+      const auto b = block(le);
+      if (!b.empty()) std::memcpy(b.data(), m.data() + at, b.size_bytes());
+      at += b.size();
+    }
+  }
 
   // A pair or hand-off group: laned where the transport matches by issue order (file comment).
   using Group = std::conditional_t<comm::matches_tags<Transport>, Transport, comm::LanedTransport<Transport>>;
@@ -251,8 +326,12 @@ class ChannelExchange {
   std::chrono::milliseconds timeout_;
   Backend backend_{};
   typename Backend::Stream stream_ = backend_.comm_stream();
-  std::optional<Transport> attention_group_;
+  std::optional<Transport> attention_group_, ffn_group_;
   std::optional<Group> pair_group_;
+  Transport* replica_group_ = nullptr;  // where redundant experts' copies sum (none: no replicas)
+  int home_ = -1;                       // the F-rank tokens sit on (colocated: this rank), or -1
+  std::map<int, comm::ReplicaRouting> routing_;        // by MoE layer this rank is a member of
+  std::map<int, std::vector<std::size_t>> stage_order_;  // F-rank, by layer: channel block of each stage expert
   std::vector<std::optional<Group>> hand_off_group_;  // by pair: (A_i, F_i, next attention worker)
   std::vector<std::unique_ptr<comm::M2NConnection<Group>>> connections_;  // one per layer
   std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels_;       // (layer, mb)

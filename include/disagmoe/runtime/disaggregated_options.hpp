@@ -58,6 +58,13 @@ struct DisaggregatedOptions {
   /// `placement::CorrelatedPlacement`; a dense layer's entries are not used); empty:
   /// contiguous blocks. Shared expert s lives on F-rank s mod N.
   std::vector<int> expert_rank;
+  /// Redundant experts (DeepSeek's EPLB replicates hot experts, github.com/deepseek-ai/EPLB):
+  /// the F-ranks holding a copy of a routed expert besides its primary (`expert_rank`),
+  /// distinct and other than the primary's. E lists (one for every layer) or layers x E,
+  /// [layer][expert] (e.g. from `placement::replicate_experts`); empty: none. Each
+  /// token-expert pair is served by one copy (comm::ReplicaRouting's rule) and the
+  /// copies' gradients are summed after the backward, so they stay identical.
+  std::vector<std::vector<int>> expert_replicas;
   Exchange exchange = Exchange::kAuto;
   schedule::AFPipe policy{};      ///< ping-pong group, in-flight window, stage alignment
   schedule::A2AOverlap a2a_overlap{};  ///< model chunks per stage of the A2A-overlap baseline
@@ -103,6 +110,42 @@ struct RankLayout {
                                              : o.pairs * o.attention_ranks;
 }
 
+/// F-rank of expert `e` (routed, then shared) at layer `layer` under `o` (its primary
+/// copy): the placement, contiguous blocks without one, shared expert s on s mod N.
+[[nodiscard]] inline int expert_rank_of(const DisaggregatedOptions& o, const ModelSpec& spec, int layer, int e) {
+  const int n = o.ffn_ranks;
+  if (e >= spec.experts) return (e - spec.experts) % n;
+  if (o.expert_rank.empty()) return static_cast<int>(static_cast<std::int64_t>(e) * n / spec.experts);
+  const std::size_t row = o.expert_rank.size() == static_cast<std::size_t>(spec.experts) ? 0 : static_cast<std::size_t>(layer);
+  return o.expert_rank[row * static_cast<std::size_t>(spec.experts) + static_cast<std::size_t>(e)];
+}
+
+/// Index of the list of `o.expert_replicas` that holds the copies of routed expert `e` at
+/// `layer` (one list per expert for every layer, or one per layer and expert).
+[[nodiscard]] inline std::size_t replica_row(const DisaggregatedOptions& o, const ModelSpec& spec, int layer, int e) {
+  const std::size_t row = o.expert_replicas.size() == static_cast<std::size_t>(spec.experts) ? 0 : static_cast<std::size_t>(layer);
+  return row * static_cast<std::size_t>(spec.experts) + static_cast<std::size_t>(e);
+}
+
+/// The F-ranks holding a copy of every expert (routed, then shared) of `layer`, the
+/// primary first, then the replicas of `o.expert_replicas`: what comm::ReplicaRouting
+/// serves the layer's tokens from.
+[[nodiscard]] inline std::vector<std::vector<std::int32_t>> expert_hosts(const DisaggregatedOptions& o,
+                                                                         const ModelSpec& spec, int layer) {
+  std::vector<std::vector<std::int32_t>> hosts;
+  for (int e = 0; e < spec.experts + spec.shared_experts; ++e) {
+    hosts.push_back({expert_rank_of(o, spec, layer, e)});
+    if (e < spec.experts && !o.expert_replicas.empty())
+      for (const int r : o.expert_replicas[replica_row(o, spec, layer, e)]) hosts.back().push_back(r);
+  }
+  return hosts;
+}
+
+/// True when some expert has a replica.
+[[nodiscard]] inline bool has_replicas(const DisaggregatedOptions& o) {
+  return std::any_of(o.expert_replicas.begin(), o.expert_replicas.end(), [](const auto& r) { return !r.empty(); });
+}
+
 /// Throws ConfigError naming the first field that cannot run `spec` on a world of
 /// `world_size` ranks.
 inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int world_size) {
@@ -146,6 +189,26 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
     expect(o.expert_rank[e] >= 0 && o.expert_rank[e] < o.ffn_ranks,
            "DisaggregatedOptions.expert_rank[" + std::to_string(e) + "]", o.expert_rank[e],
            "an F-rank in [0, ffn_ranks = " + std::to_string(o.ffn_ranks) + ")");
+  expect(o.expert_replicas.empty() || o.expert_replicas.size() == static_cast<std::size_t>(spec.experts) ||
+             o.expert_replicas.size() == per_layer,
+         "DisaggregatedOptions.expert_replicas.size()", o.expert_replicas.size(),
+         "0 (no replicas), one list per routed expert (" + std::to_string(spec.experts) +
+             ") or one per layer and routed expert (" + std::to_string(per_layer) + ")");
+  for (int l = 0; l < spec.layers && !o.expert_replicas.empty(); ++l) {
+    if (!spec.is_moe_layer(l)) continue;
+    const auto layer_hosts = expert_hosts(o, spec, l);
+    for (int e = 0; e < spec.experts; ++e) {
+      const auto& hosts = layer_hosts[static_cast<std::size_t>(e)];
+      for (std::size_t c = 1; c < hosts.size(); ++c)
+        expect(hosts[c] >= 0 && hosts[c] < o.ffn_ranks &&
+                   std::find(hosts.begin(), hosts.begin() + static_cast<std::ptrdiff_t>(c), hosts[c]) ==
+                       hosts.begin() + static_cast<std::ptrdiff_t>(c),
+               "DisaggregatedOptions.expert_replicas[" + std::to_string(replica_row(o, spec, l, e)) + "]", hosts[c],
+               "an F-rank in [0, ffn_ranks = " + std::to_string(o.ffn_ranks) + ") holding no other copy of expert " +
+                   std::to_string(e) + " of layer " + std::to_string(l) + " (its primary is F-rank " +
+                   std::to_string(hosts[0]) + ")");
+    }
+  }
   expect(o.policy.group_size >= 0, "DisaggregatedOptions.policy.group_size", o.policy.group_size,
          "an integer >= 0 (0: the policy's default)");
   expect(o.policy.max_in_flight >= 0, "DisaggregatedOptions.policy.max_in_flight", o.policy.max_in_flight,
@@ -163,16 +226,6 @@ inline void validate(const DisaggregatedOptions& o, const ModelSpec& spec, int w
 [[nodiscard]] inline bool uses_channel(const DisaggregatedOptions& o) {
   return o.schedule != ScheduleKind::kAfPipe || o.exchange == Exchange::kChannel || o.attention_ranks > 1 ||
          o.ffn_ranks > 1;
-}
-
-/// F-rank of expert `e` (routed, then shared) at layer `layer` under `o` (validated for
-/// `spec`): the placement, contiguous blocks without one, shared expert s on s mod N.
-[[nodiscard]] inline int expert_rank_of(const DisaggregatedOptions& o, const ModelSpec& spec, int layer, int e) {
-  const int n = o.ffn_ranks;
-  if (e >= spec.experts) return (e - spec.experts) % n;
-  if (o.expert_rank.empty()) return static_cast<int>(static_cast<std::int64_t>(e) * n / spec.experts);
-  const std::size_t row = o.expert_rank.size() == static_cast<std::size_t>(spec.experts) ? 0 : static_cast<std::size_t>(layer);
-  return o.expert_rank[row * static_cast<std::size_t>(spec.experts) + static_cast<std::size_t>(e)];
 }
 
 /// The schedule problem of `spec` (micro-batches of `spec.micro_batch` sequences) under

@@ -37,6 +37,13 @@
 /// residual; backward: dL/dy for the residual branch). With one pair A_{l+1} = A_l and
 /// the fused transfer is a plain return.
 ///
+/// Redundant experts (`DisaggregatedOptions::expert_replicas`, DeepSeek's EPLB): an F-rank
+/// holding a copy of an expert holds its weights (the same initial values as the
+/// primary's), the A-ranks serve each token-expert pair from one copy (comm::ReplicaRouting,
+/// through runtime/channel_exchange.hpp), and after the backward the copies' gradients are
+/// summed in rank order, so every copy takes the same optimizer step. The primary alone
+/// reports an expert (gradient norm, gathered parameters).
+///
 /// Colocated baselines (`DisaggregatedOptions::schedule` 1F1B or A2A overlap, the op lists
 /// of `schedule::OneFOneB` / `schedule::A2AOverlap`): p pipeline stages of G ranks, every
 /// rank holding its stage's attention (a data-parallel replica) and 1/G of its experts;
@@ -117,22 +124,24 @@ class DisaggregatedTrainer {
       ExpertStageLayout layout;
       for (int l : layers)
         if (spec_.is_moe_layer(l)) {
-          std::vector<int> ids;  // this F-rank's experts of layer l, ascending (routed, then shared)
-          for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e)
-            if (expert_rank_of(l, e) == index_) ids.push_back(e);
+          std::vector<int> ids;  // this F-rank's experts of layer l, ascending (routed, then shared), copies included
+          const auto hosts = expert_hosts(options_, spec_, l);
+          for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e) {
+            const auto& h = hosts[static_cast<std::size_t>(e)];
+            if (std::find(h.begin(), h.end(), index_) != h.end()) ids.push_back(e);
+          }
           layout.layers.push_back(l);
           layout.experts.push_back(std::move(ids));
         }
       experts_.emplace(std::move(experts), spec_, std::move(layout), stage);
+      mark_copies();
     }
     if (channel_) {
-      std::vector<std::vector<std::int32_t>> placement(static_cast<std::size_t>(spec_.layers));
-      for (int l = 0; l < spec_.layers; ++l)
-        for (int e = 0; e < spec_.experts + spec_.shared_experts; ++e)
-          placement[static_cast<std::size_t>(l)].push_back(expert_rank_of(l, e));
+      std::vector<std::vector<std::vector<std::int32_t>>> hosts;
+      for (int l = 0; l < spec_.layers; ++l) hosts.push_back(expert_hosts(options_, spec_, l));
       std::vector<bool> handed(static_cast<std::size_t>(spec_.layers));
       for (int l = 0; l < spec_.layers; ++l) handed[static_cast<std::size_t>(l)] = handed_off(l);
-      exchange_.emplace(world_, ranks_, layer_worker_, handed, spec_, train_.micro_batches, std::move(placement),
+      exchange_.emplace(world_, ranks_, layer_worker_, handed, spec_, train_.micro_batches, std::move(hosts),
                         options_.executor.timeout);
     }
     agree_on_parameters();
@@ -236,6 +245,24 @@ class DisaggregatedTrainer {
     }
     return out;
   }
+  /// Collective: the token-expert rows the experts of every FFN rank (colocated: of every
+  /// rank) computed in the last step's forward, routed and shared, [FFN worker][rank]: the
+  /// expert-parallel load a placement and its replicas (DeepSeek's EPLB) balance.
+  std::vector<std::vector<std::int64_t>> gather_expert_rows() {
+    const auto all = comm::all_gather(world_, std::as_bytes(std::span(&expert_rows_, 1)), world_.max_tag(),
+                                      comm::deadline_after(options_.executor.timeout), "expert rows");
+    std::vector<std::vector<std::int64_t>> out(static_cast<std::size_t>(p_));
+    for (int i = 0; i < p_; ++i)
+      for (int r = 0; r < n_ranks_; ++r) {
+        const auto& bytes = all[static_cast<std::size_t>(world_rank(ranks_.colocated ? i : p_ + i, r))];
+        expect(bytes.size() == sizeof(std::int64_t), "expert rows bytes of rank " + std::to_string(r), bytes.size(),
+               "one count per rank");
+        std::int64_t rows = 0;
+        std::memcpy(&rows, bytes.data(), sizeof rows);
+        out[static_cast<std::size_t>(i)].push_back(rows);
+      }
+    return out;
+  }
   /// This rank's stages (the other is absent).
   [[nodiscard]] AttentionStage<Attention>* attention() { return attention_ ? &*attention_ : nullptr; }
   [[nodiscard]] ExpertStage<Experts>* experts() { return experts_ ? &*experts_ : nullptr; }
@@ -262,7 +289,7 @@ class DisaggregatedTrainer {
   /// (empty on ranks that do not need them). Every rank receives the whole model.
   void gather_parameters(std::span<ParameterSet<T>* const> into) {
     std::vector<std::byte> mine;
-    for_each_reported_parameter_set([&](auto& ps) { append_parameter_bytes(ps, mine); });
+    for_each_reported_slot([&](const auto& s) { append_slot_bytes(s, mine); });
     const auto all = comm::all_gather(world_, std::span<const std::byte>(mine), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "parameters");
     if (into.empty()) return;
@@ -340,12 +367,32 @@ class DisaggregatedTrainer {
     if (attention_) f(attention_->parameters());
     if (experts_) f(experts_->parameters());
   }
-  /// The parameter sets this rank reports for the whole model: one replica of each
-  /// attention worker (its first rank), every rank's own experts.
+  /// The parameter slots this rank reports for the whole model: one replica of each
+  /// attention worker (its first rank), every rank's own experts but not its copies of
+  /// another rank's (redundant experts: the primary reports them).
   template <class F>
-  void for_each_reported_parameter_set(F&& f) {
-    if (attention_ && index_ == 0) f(attention_->parameters());
-    if (experts_) f(experts_->parameters());
+  void for_each_reported_slot(F&& f) {
+    if (attention_ && index_ == 0)
+      for (const auto& s : attention_->parameters().slots()) f(s);
+    if (experts_) {
+      const auto& slots = experts_->parameters().slots();
+      for (std::size_t k = 0; k < slots.size(); ++k)
+        if (!copy_slot_[k]) f(slots[k]);
+    }
+  }
+
+  /// Marks the slots of the expert stage that hold a copy of an expert whose primary is
+  /// on another F-rank.
+  void mark_copies() {
+    copy_slot_.assign(experts_->parameters().slots().size(), 0);
+    const auto& layout = experts_->layout();
+    for (std::size_t i = 0; i < layout.layers.size(); ++i)
+      for (const int e : layout.experts[i])
+        if (expert_rank_of(layout.layers[i], e) != index_) {
+          const auto [first, last] = experts_->expert_slots(layout.layers[i], e);
+          std::fill(copy_slot_.begin() + static_cast<std::ptrdiff_t>(first),
+                    copy_slot_.begin() + static_cast<std::ptrdiff_t>(last), 1);
+        }
   }
 
   // ---- per step -----------------------------------------------------------------
@@ -374,6 +421,7 @@ class DisaggregatedTrainer {
     }
     beside_next_ = 0;
     tokens_ = static_cast<std::size_t>(per / m_ranks_) * static_cast<std::size_t>(spec_.seq_len);
+    expert_rows_ = 0;
     batch_ = batch;
     cells_.assign(static_cast<std::size_t>(m) * static_cast<std::size_t>(spec_.layers), Cell{});
     final_.assign(static_cast<std::size_t>(m), Matrix());
@@ -394,7 +442,10 @@ class DisaggregatedTrainer {
        << sequences_per_micro_batch_ << ' ' << spec_.layers << ' ' << spec_.hidden << ' ' << spec_.experts << ' '
        << spec_.shared_experts << ' ' << spec_.top_k << ' ' << spec_.seq_len << ' ' << spec_.vocab << ' ' << channel_;
     for (int l = 0; l < spec_.layers; ++l)
-      for (int e = 0; e < spec_.experts; ++e) os << ' ' << expert_rank_of(l, e);
+      for (const auto& h : expert_hosts(options_, spec_, l)) {
+        os << ' ';
+        for (const auto r : h) os << r << ',';
+      }
     const std::string text = os.str();
     check_same_fingerprints<Transport, 2>(
         world_,
@@ -480,11 +531,15 @@ class DisaggregatedTrainer {
   }
 
   void expert_forward(int j, int l, Cell& c) {
-    if (channel_) return exchange_->expert_forward(*experts_, l, j);
+    if (channel_) {
+      expert_rows_ += exchange_->expert_forward(*experts_, l, j);
+      return;
+    }
     c.dispatch.emplace(c.topk, spec_.experts, spec_.shared_experts);
     Matrix rows;
     group_rows(*c.dispatch, c.tokens, rows);
     c.tokens = Matrix();
+    expert_rows_ += rows.rows();
     experts_->forward(l, j, c.dispatch->offsets, rows, c.expert_out);
     combine_outputs(*c.dispatch, c.expert_out, c.gates, c.y);
     if (fused(l)) {  // the next layer's input, as colocated: residual + y
@@ -698,7 +753,8 @@ class DisaggregatedTrainer {
             ids[t * slots + s2] = routed ? c.topk(r, q) : spec_.experts + static_cast<int>(s2 - k);
             if (routed) gates[t * slots + s2] = static_cast<float>(c.gates(r, q));
           }
-        ch.dispatch(step, {c.tokens.data(), tokens_ * h}, ids, gates);
+        ch.dispatch(step, {c.tokens.data(), tokens_ * h}, exchange_->serving_copies(l, ids, static_cast<int>(slots)),
+                    gates);
         c.tokens = Matrix();
         if (handed_off(l)) send_beside(combine_dispatch_op(j, l, false), attention_worker(l + 1), c.residual);
         return true;
@@ -857,6 +913,7 @@ class DisaggregatedTrainer {
     wire_.clear();
     exchange_->flush();
     if (attention_) exchange_->sum_replica_gradients(attention_->parameters());
+    if (experts_) exchange_->sum_expert_replica_gradients(*experts_);
   }
 
   // ---- agreement across workers ------------------------------------------------------
@@ -866,9 +923,9 @@ class DisaggregatedTrainer {
   void agree_on_parameters() {
     std::vector<std::string> mine;
     std::int64_t count = 0;
-    for_each_reported_parameter_set([&](auto& ps) {
-      count += ps.count();
-      for (const auto& s : ps.slots()) mine.push_back(s.name);
+    for_each_reported_slot([&](const auto& s) {
+      count += s.value->size();
+      mine.push_back(s.name);
     });
     std::tie(names_, total_parameters_) = agree_on_parameter_names(world_, mine, count, options_.executor.timeout);
   }
@@ -891,12 +948,9 @@ class DisaggregatedTrainer {
           v[static_cast<std::size_t>(m) + i] = cell(j, l).aux;
           v[static_cast<std::size_t>(m) + cells + i] = cell(j, l).z;
         }
-    for_each_reported_parameter_set([&](auto& ps) {
-      for (const auto& s : ps.slots()) {
-        const auto at = std::lower_bound(names_.begin(), names_.end(), s.name) - names_.begin();
-        v[static_cast<std::size_t>(m) + 2 * cells + static_cast<std::size_t>(at)] =
-            std::decay_t<decltype(ps)>::grad_square_sum(s);
-      }
+    for_each_reported_slot([&](const auto& s) {
+      const auto at = std::lower_bound(names_.begin(), names_.end(), s.name) - names_.begin();
+      v[static_cast<std::size_t>(m) + 2 * cells + static_cast<std::size_t>(at)] = ParameterSet<T>::grad_square_sum(s);
     });
     const std::vector<double> sum = sum_over_ranks(world_, v, options_.executor.timeout, "step statistics");
     StepStats st;  // in the colocated trainer's order
@@ -933,6 +987,8 @@ class DisaggregatedTrainer {
   std::vector<float> d_gates_;                                  // channel mode: dL/dgate of one exchange
   std::optional<AttentionStage<Attention>> attention_;
   std::optional<ExpertStage<Experts>> experts_;
+  std::vector<char> copy_slot_;  // per slot of experts_: a copy of an expert another F-rank reports
+  std::int64_t expert_rows_ = 0;  // rows this rank's experts computed in the step's forward (forward stream)
   std::vector<std::string> names_;
   std::int64_t total_parameters_ = 0;
   std::int64_t step_ = 0;

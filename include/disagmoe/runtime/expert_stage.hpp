@@ -146,6 +146,17 @@ class ExpertStage {
     return saved_.size();
   }
   [[nodiscard]] const ExpertStageLayout& layout() const { return layout_; }
+  /// The slots of `parameters()` that hold expert `expert` of `layer`: [first, second).
+  /// ConfigError when the stage does not hold it. O(log experts).
+  [[nodiscard]] std::pair<std::size_t, std::size_t> expert_slots(int layer, int expert) const {
+    const std::size_t i = index_of(layer);
+    const auto& ids = layout_.experts[i];
+    const auto it = std::lower_bound(ids.begin(), ids.end(), expert);
+    if (it == ids.end() || *it != expert)
+      fail("ExpertStage.expert_slots(layer " + std::to_string(layer) + ") expert", expert, "an expert this stage holds");
+    const auto k = static_cast<std::size_t>(it - ids.begin());
+    return {slot_begin_[i][k], slot_begin_[i][k + 1]};
+  }
 
  private:
   struct Entry {
@@ -156,8 +167,11 @@ class ExpertStage {
   };
 
   void register_parameters() {
+    slot_begin_.resize(weights_.size());
     for (std::size_t i = 0; i < weights_.size(); ++i)
-      for (std::size_t k = 0; k < weights_[i].size(); ++k) {
+      for (std::size_t k = 0; k <= weights_[i].size(); ++k) {
+        slot_begin_[i].push_back(params_.slots().size());
+        if (k == weights_[i].size()) break;
         const int e = layout_.experts[i][k];
         const std::string prefix = "model.layers." + std::to_string(layout_.layers[i]) + ".block_sparse_moe." +
                                    (e < spec_.experts ? "experts." + std::to_string(e)
@@ -187,6 +201,7 @@ class ExpertStage {
   StageOptions options_;
   std::vector<std::vector<typename Compute::Weights>> weights_, grads_;
   ParameterSet<T> params_;
+  std::vector<std::vector<std::size_t>> slot_begin_;  // [layer][expert]: first slot; one past the last expert
   mutable std::mutex map_mu_;
   std::map<std::pair<int, int>, Entry> saved_;
 };

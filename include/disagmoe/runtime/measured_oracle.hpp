@@ -39,7 +39,8 @@ namespace disagmoe::runtime {
   base.pairs = x.groups;
   base.attention_ranks = model.group_size(x.groups, x.attention_gpus_per_node);
   base.ffn_ranks = model.group_size(x.groups, x.ffn_gpus_per_node);
-  base.expert_rank.clear();  // contiguous: a placement for other F-ranks would not apply
+  base.expert_rank.clear();  // contiguous: a placement (and replicas) for other F-ranks would not apply
+  base.expert_replicas.clear();
   return base;
 }
 

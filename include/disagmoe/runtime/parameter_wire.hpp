@@ -18,21 +18,25 @@
 
 namespace disagmoe::runtime {
 
-/// Appends every slot of `p` (value, m, v) to `out`. O(elements).
+/// Appends slot `s` (value, m, v) to `out`. O(elements).
 template <class T>
-void append_parameter_bytes(const ParameterSet<T>& p, std::vector<std::byte>& out) {
+void append_slot_bytes(const ParameterSlot<T>& s, std::vector<std::byte>& out) {
   auto put = [&](const void* data, std::size_t n) {
     const auto* b = static_cast<const std::byte*>(data);
     out.insert(out.end(), b, b + n);
   };
-  for (const auto& s : p.slots()) {
-    const std::uint64_t len = s.name.size(), rows = static_cast<std::uint64_t>(s.value->rows()),
-                        cols = static_cast<std::uint64_t>(s.value->cols());
-    for (const std::uint64_t x : {len, rows, cols}) put(&x, sizeof x);
-    put(s.name.data(), len);
-    for (const model::Matrix<T>* m : {static_cast<const model::Matrix<T>*>(s.value), &s.m, &s.v})
-      put(m->data(), static_cast<std::size_t>(m->size()) * sizeof(T));
-  }
+  const std::uint64_t len = s.name.size(), rows = static_cast<std::uint64_t>(s.value->rows()),
+                      cols = static_cast<std::uint64_t>(s.value->cols());
+  for (const std::uint64_t x : {len, rows, cols}) put(&x, sizeof x);
+  put(s.name.data(), len);
+  for (const model::Matrix<T>* m : {static_cast<const model::Matrix<T>*>(s.value), &s.m, &s.v})
+    put(m->data(), static_cast<std::size_t>(m->size()) * sizeof(T));
+}
+
+/// Appends every slot of `p` (value, m, v) to `out`. O(elements).
+template <class T>
+void append_parameter_bytes(const ParameterSet<T>& p, std::vector<std::byte>& out) {
+  for (const auto& s : p.slots()) append_slot_bytes(s, out);
 }
 
 /// Copies the slots in `bytes` into the slots of the same name among `into`; returns how
