@@ -263,6 +263,68 @@ class DisaggregatedTrainer {
       }
     return out;
   }
+  /// Collective: how the last step's forward routed its tokens, from the A-ranks' own
+  /// routers: the top-k expert ids of every MoE layer flattened [token][MoE layer][slot],
+  /// tokens in batch order, on every rank (what `ColocatedTrainer::routing` returns for
+  /// the same batch and model). The routing stream of online re-placement
+  /// (online_expert_placement.hpp). ConfigError before the first step.
+  std::vector<std::int32_t> gather_routing() {
+    expect(!cells_.empty(), "gather_routing", "no step", "a trainer that has run a step");
+    const int m = train_.micro_batches, k = spec_.top_k;
+    std::vector<int> ordinal(static_cast<std::size_t>(spec_.layers), -1);  // MoE layer index of each layer
+    int moe_layers = 0;
+    for (int l = 0; l < spec_.layers; ++l)
+      if (moe(l)) ordinal[static_cast<std::size_t>(l)] = moe_layers++;
+    // Worker w's MoE layers in order, micro-batches, tokens, slots: both ends walk this.
+    auto walk = [&](int w, auto&& visit) {
+      for (int l = 0; l < spec_.layers; ++l)
+        if (moe(l) && attention_worker(l) == w)
+          for (int j = 0; j < m; ++j)
+            for (std::size_t t = 0; t < tokens_; ++t)
+              for (int q = 0; q < k; ++q) visit(l, j, t, q);
+    };
+    std::vector<std::int32_t> mine;
+    if (is_attention())
+      walk(worker_, [&](int l, int j, std::size_t t, int q) {
+        mine.push_back(static_cast<std::int32_t>(cell(j, l).topk(static_cast<Eigen::Index>(t), q)));
+      });
+    const auto all = comm::all_gather(world_, std::as_bytes(std::span(mine)), world_.max_tag(),
+                                      comm::deadline_after(options_.executor.timeout), "routing");
+    const auto stride = static_cast<std::size_t>(moe_layers) * static_cast<std::size_t>(k);
+    std::vector<std::int32_t> out(static_cast<std::size_t>(m) * static_cast<std::size_t>(m_ranks_) * tokens_ * stride);
+    std::vector<std::int32_t> ids;
+    for (int w = 0; w < p_; ++w)
+      for (int i = 0; i < m_ranks_; ++i) {
+        const auto& bytes = all[static_cast<std::size_t>(world_rank(w, i))];
+        std::size_t expected = 0;
+        walk(w, [&](int, int, std::size_t, int) { ++expected; });
+        expect(bytes.size() == expected * sizeof(std::int32_t), "routing bytes of attention rank " + std::to_string(i),
+               bytes.size(), "top_k ids of its tokens on every MoE layer of its worker");
+        ids.resize(expected);
+        if (expected > 0) std::memcpy(ids.data(), bytes.data(), bytes.size());
+        std::size_t pos = 0;
+        walk(w, [&](int l, int j, std::size_t t, int q) {  // the colocated micro-batch j * M + i
+          const std::size_t token = (static_cast<std::size_t>(j) * static_cast<std::size_t>(m_ranks_) +
+                                     static_cast<std::size_t>(i)) * tokens_ + t;
+          out[token * stride + static_cast<std::size_t>(ordinal[static_cast<std::size_t>(l)]) * static_cast<std::size_t>(k) +
+              static_cast<std::size_t>(q)] = ids[pos++];
+        });
+      }
+    return out;
+  }
+
+  /// Collective over the world both trainers share: this trainer's parameters, AdamW
+  /// moments and step count become `from`'s, which may split the same model another way
+  /// (another expert placement: moving experts after online re-placement is this copy).
+  /// The whole model travels through one all-gather. ConfigError unless every parameter
+  /// of this rank is found in `from`'s model.
+  void take_state(DisaggregatedTrainer& from) {
+    std::vector<ParameterSet<T>*> mine;
+    for_each_parameter_set([&](auto& ps) { mine.push_back(&ps); });
+    from.gather_parameters(mine);
+    step_ = from.step_;
+  }
+
   /// This rank's stages (the other is absent).
   [[nodiscard]] AttentionStage<Attention>* attention() { return attention_ ? &*attention_ : nullptr; }
   [[nodiscard]] ExpertStage<Experts>* experts() { return experts_ ? &*experts_ : nullptr; }
