@@ -15,6 +15,7 @@
 #include <disagmoe/runtime/colocated_trainer.hpp>
 #include <disagmoe/runtime/disaggregated_trainer.hpp>
 #include <disagmoe/runtime/expert_placement.hpp>
+#include <disagmoe/runtime/online_expert_placement.hpp>
 #include <disagmoe/runtime/pipeline.hpp>
 #include <disagmoe/runtime/timeline.hpp>
 #include <disagmoe/schedule/simulator.hpp>
@@ -31,6 +32,7 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -61,6 +63,8 @@ struct DisaggregatedArgs {
   std::string placement = "contiguous";  // or correlated: fitted to the starting model's routing
   int placement_batches = 8;             // batches of routing the correlated placement and the replicas are fitted to
   int replicas = 0;                      // redundant expert slots per FFN rank (baselines: per rank) and MoE layer
+  int replace_every = 0;                 // online re-placement: steps of routing per refit (0: off)
+  double replace_horizon = 1;            // windows of steps a refit's predicted saving is credited over
   std::vector<int> expert_rank;          // filled by fit_placement
   std::vector<std::vector<int>> expert_replicas;  // filled by fit_placement
 };
@@ -88,6 +92,8 @@ struct RunOutcome {
   std::vector<double> step_seconds, schedule_seconds, exposed_comm_seconds, bottleneck_exposed_comm_seconds;
   // Per step: the busiest expert rank's rows over its worker's mean, the worst worker.
   std::vector<double> expert_rows_max_over_mean;
+  std::vector<placement::Replacement> replacements;  // online re-placement's refits
+  double migration_seconds = 0;                       // building the moved trainers and copying the state in
   double predicted_step_seconds = 0, simulated_exposed_comm_seconds = 0, simulated_bottleneck_exposed_comm_seconds = 0;
   bool rank0 = true;
   int ranks = 0;
@@ -188,6 +194,21 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
            "at most --experts / " + std::string(expert_ranks_option) + " = " +
                std::to_string(spec.experts / expert_ranks) + " (EPLB's limit: no rank needs two copies of an expert)");
   }
+  expect(d.replace_every >= 0, "--replace-every", d.replace_every, "an integer >= 0 (0: off)");
+  expect(std::isfinite(d.replace_horizon) && d.replace_horizon > 0 && d.replace_horizon <= 1e9, "--replace-horizon",
+         d.replace_horizon, "a number of windows in (0, 1e9]");
+  if (d.replace_every > 0) {
+    expect(d.schedule != "colocated", "--replace-every", d.replace_every,
+           "0 with --schedule colocated (one worker holds every expert)");
+    expect(expert_ranks >= 2, "--replace-every", d.replace_every,
+           std::string("0 with ") + expert_ranks_option + " 1 (experts move between ranks)");
+    expect(spec.experts % expert_ranks == 0, expert_ranks_option, expert_ranks,
+           "a divisor of --experts (" + std::to_string(spec.experts) + ") for --replace-every: every rank holds as many "
+           "experts");
+    expect(d.replicas == 0, "--replace-every", d.replace_every,
+           "0 with --replicas (the copies are fitted once, to the starting placement)");
+    expect(spec.moe_layers() > 0, "--replace-every", d.replace_every, "0 for a model without MoE layers");
+  }
   if (d.schedule == "colocated")
     expect(d.transport == "loopback" && d.pairs == 0 && !d.check_reference && d.trace.empty() && d.net_bandwidth == 0 &&
                d.attention_ranks == 1 && d.ffn_ranks == 1 && d.exchange == "auto",
@@ -270,28 +291,49 @@ std::vector<double> flat_parameters(Trainer& tr) {
 /// colocated loop's would.
 template <rt::executable_schedule Policy, comm::transport Transport>
 void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, const rt::DisaggregatedOptions& opt,
-               Colocated& full, mo::Rng data_rng, mo::Rng* final_rng, RunOutcome& out, const std::string& trace) {
+               Colocated& full, mo::Rng data_rng, mo::Rng* final_rng, RunOutcome& out, const std::string& trace,
+               int replace_every, double replace_horizon) {
   using Trainer = rt::Pipeline<Policy, Attention, Experts, Transport>;
-  Trainer tr(policy, Attention(in.spec, in.decoder), Experts(in.spec, in.decoder), in.spec, in.train, opt, world,
-             in.stage);
+  auto make = [&](const rt::DisaggregatedOptions& o) {
+    return std::make_unique<Trainer>(policy, Attention(in.spec, in.decoder), Experts(in.spec, in.decoder), in.spec,
+                                     in.train, o, world, in.stage);
+  };
+  auto owned = make(opt);
   const rt::ParameterSet<float>* start[] = {&full.attention().parameters(), &full.experts().parameters()};
-  tr.load_parameters(start);
-  tr.set_steps(full.steps());
+  owned->load_parameters(start);
+  owned->set_steps(full.steps());
+  // Online re-placement: every rank feeds the same routing to the same replacer, so all
+  // decide alike; a move builds a trainer with the new placement and copies the state in.
+  std::optional<rt::OnlineExpertPlacement> online;
+  if (replace_every > 0)
+    online.emplace(in.spec, opt.ffn_ranks, opt.expert_rank,
+                   replace_every * static_cast<std::int64_t>(in.batch) * in.spec.seq_len, replace_horizon);
   const bool lead = world.rank() == 0;
   out.ranks = world.size();
-  const std::int64_t first = tr.steps();
+  const std::int64_t first = owned->steps();
   std::optional<cli::ProgressBar> bar;
   if (lead && !in.quiet) bar.emplace(in.steps);
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<io::TraceRun> last_run;
   std::vector<std::vector<rt::MeasuredOp>> last_timelines;
-  while (tr.steps() < in.steps) {
+  bool move = false;  // a refit moved experts: the next step runs on the new placement
+  while (owned->steps() < in.steps) {
+    if (move) {
+      const auto m0 = std::chrono::steady_clock::now();
+      rt::DisaggregatedOptions moved = opt;
+      moved.expert_rank = online->expert_rank();
+      auto next = make(moved);
+      next->take_state(*owned);
+      owned = std::move(next);
+      out.migration_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
+    }
     const rt::Batch b = in.corpus.sample_train(in.batch, data_rng);
     const auto s0 = std::chrono::steady_clock::now();
-    const rt::StepStats st = tr.step({b.inputs, b.targets, b.sequences});
+    const rt::StepStats st = owned->step({b.inputs, b.targets, b.sequences});
     const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-    const auto timelines = tr.gather_timelines();
-    const auto rows = tr.gather_expert_rows();
+    const auto timelines = owned->gather_timelines();
+    const auto rows = owned->gather_expert_rows();
+    move = online && online->observe(owned->gather_routing());
     if (!lead) continue;
     double load = 0;
     for (const auto& worker : rows) {
@@ -302,11 +344,11 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
                                   static_cast<double>(worker.size()) / static_cast<double>(sum));
     }
     out.expert_rows_max_over_mean.push_back(load);
-    auto run = rt::measured_run(tr.lowered(), timelines);
+    auto run = rt::measured_run(owned->lowered(), timelines);
     out.step_seconds.push_back(step_s);
     out.schedule_seconds.push_back(run.step_seconds);
-    out.exposed_comm_seconds.push_back(rt::exposed_comm_seconds(tr.schedule(), run));
-    out.bottleneck_exposed_comm_seconds.push_back(rt::bottleneck_exposed_comm_seconds(tr.schedule(), run));
+    out.exposed_comm_seconds.push_back(rt::exposed_comm_seconds(owned->schedule(), run));
+    out.bottleneck_exposed_comm_seconds.push_back(rt::bottleneck_exposed_comm_seconds(owned->schedule(), run));
     last_run = std::move(run);
     last_timelines = timelines;
     out.tokens += static_cast<std::int64_t>(b.inputs.size());
@@ -314,9 +356,9 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     out.final_loss = st.loss;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (bar)
-      bar->update(tr.steps(), st.loss, out.tokens / secs,
-                  secs / static_cast<double>(tr.steps() - first) * static_cast<double>(in.steps - tr.steps()));
-    out.curve.push_back({{"step", tr.steps()}, {"loss", st.loss}, {"aux_loss", st.aux_loss}, {"z_loss", st.z_loss},
+      bar->update(owned->steps(), st.loss, out.tokens / secs,
+                  secs / static_cast<double>(owned->steps() - first) * static_cast<double>(in.steps - owned->steps()));
+    out.curve.push_back({{"step", owned->steps()}, {"loss", st.loss}, {"aux_loss", st.aux_loss}, {"z_loss", st.z_loss},
                          {"grad_norm", st.grad_norm}, {"lr", st.lr}, {"step_seconds", step_s},
                          {"exposed_comm_seconds", out.exposed_comm_seconds.back()},
                          {"expert_rows_max_over_mean", load}});
@@ -324,12 +366,13 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
   if (bar) bar->clear();
   std::vector<rt::ParameterSet<float>*> into;
   if (lead) into = {&full.attention().parameters(), &full.experts().parameters()};
-  tr.gather_parameters(into);
+  owned->gather_parameters(into);
   if (!lead) {
     out.rank0 = false;
     return;
   }
-  full.set_steps(tr.steps());
+  if (online) out.replacements = online->decisions();
+  full.set_steps(owned->steps());
   if (final_rng != nullptr) *final_rng = data_rng;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (last_run) {  // the simulator's prediction of the last step's schedule from its own op times
@@ -337,13 +380,13 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     const int cores = std::is_same_v<Transport, host::LoopbackTransport>
                           ? static_cast<int>(std::thread::hardware_concurrency())
                           : 0;
-    const auto cal = rt::calibrated(tr.schedule(), *last_run, last_timelines, cores);
+    const auto cal = rt::calibrated(owned->schedule(), *last_run, last_timelines, cores);
     const auto sim = schedule::simulate(cal);
     const auto sim_run = io::simulated_run(cal, sim, "simulated");
     out.predicted_step_seconds = sim.step_seconds;
     out.simulated_exposed_comm_seconds = rt::exposed_comm_seconds(cal, sim_run);
     out.simulated_bottleneck_exposed_comm_seconds = rt::bottleneck_exposed_comm_seconds(cal, sim_run);
-    if (!trace.empty()) io::write_chrome_trace(trace, tr.schedule(), std::vector<io::TraceRun>{*last_run, sim_run});
+    if (!trace.empty()) io::write_chrome_trace(trace, owned->schedule(), std::vector<io::TraceRun>{*last_run, sim_run});
   }
 }
 
@@ -367,7 +410,8 @@ inline RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInput
     host::run_ranks(world, [&](host::LoopbackTransport& t) {
       rt::visit_schedule(opt, [&](const auto& policy) {
         rank_loop(policy, t, in, opt, full, data_rng, t.rank() == 0 ? &final_rng : nullptr,
-                  outs[static_cast<std::size_t>(t.rank())], d.trace);
+                  outs[static_cast<std::size_t>(t.rank())], d.trace,
+                  d.replace_every, d.replace_horizon);
       });
     });
     data_rng = final_rng;
@@ -382,7 +426,7 @@ inline RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInput
                               "): p pairs of workers");
   const auto opt = disaggregated_options(d, world.size());
   rt::visit_schedule(opt, [&](const auto& policy) {
-    rank_loop(policy, world, in, opt, full, data_rng, &data_rng, out, d.trace);
+    rank_loop(policy, world, in, opt, full, data_rng, &data_rng, out, d.trace, d.replace_every, d.replace_horizon);
   });
 #endif
   return out;

@@ -451,6 +451,23 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
              {"expert_rows_max_over_mean", mean(out.expert_rows_max_over_mean)}};
     if (placement) dis["placement"] = *placement;
     if (replicas) dis["replicas"] = *replicas;
+    if (a.d.replace_every > 0) {
+      json refits = json::array();
+      std::int64_t moves = 0, experts_moved = 0;
+      for (const auto& r : out.replacements) {
+        refits.push_back({{"at_token", r.at_token}, {"rows_current", r.rows_current},
+                          {"rows_candidate", r.rows_candidate}, {"experts_moved", r.experts_moved},
+                          {"saving_bytes", r.saving_bytes}, {"migration_bytes", r.migration_bytes}, {"moved", r.moved}});
+        moves += r.moved;
+        experts_moved += r.moved ? r.experts_moved : 0;
+      }
+      dis["replacement"] = {{"every_steps", a.d.replace_every}, {"horizon_windows", a.d.replace_horizon},
+                            {"refits", refits}, {"migration_seconds", out.migration_seconds}};
+      if (!a.json_out)
+        std::cout << "online re-placement every " << a.d.replace_every << " steps: " << out.replacements.size()
+                  << " refits, " << moves << " moved experts (" << experts_moved << " (layer, expert) pairs in all; "
+                  << std::setprecision(3) << out.migration_seconds << " s rebuilding)\n" << std::defaultfloat;
+    }
     if (ref) {
       std::vector<double> losses, ref_losses;
       while (ref->steps() < a.steps) {
@@ -658,6 +675,14 @@ int main(int argc, char** argv) {
                   "does (hot experts copied, placed by co-selection) from the starting model's routing; each "
                   "token-expert pair is served by one copy and the copies' gradients are summed")
       ->capture_default_str();
+  dis->add_option("--replace-every", a.d.replace_every,
+                  "online re-placement (Expert Coupling): every N steps refit the placement to the routers' own "
+                  "routing and move experts between ranks when the predicted saving in dispatch bytes over "
+                  "--replace-horizon windows beats the bytes moved (0: off)")
+      ->capture_default_str();
+  dis->add_option("--replace-horizon", a.d.replace_horizon,
+                  "windows of --replace-every steps over which a refit's predicted saving is credited")
+      ->capture_default_str();
   dis->add_option("--trace", a.d.trace, "Chrome trace of the last step: measured and simulated side by side")->check(kPath);
   app.add_option("--device", a.device,
                  "cpu, or cuda: attention and experts on the GPU (a cuda-preset build; with --check-reference, also "
@@ -680,6 +705,7 @@ int main(int argc, char** argv) {
     expect_applies(app, "--virtual-stages", s == "a2a-overlap", "given only with --schedule a2a-overlap");
     for (const char* o : {"--net-latency", "--timeout"})
       expect_applies(app, o, s != "colocated", "given only with --schedule afpipe, 1f1b or a2a-overlap");
+    expect_applies(app, "--replace-horizon", a.d.replace_every > 0, "given only with --replace-every");
     expect_applies(app, "--placement-batches", a.d.placement == "correlated" || a.d.replicas > 0,
                    "given only with --placement correlated or --replicas");
     return run(a);
