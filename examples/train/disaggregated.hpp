@@ -94,6 +94,8 @@ struct RunOutcome {
   std::vector<double> expert_rows_max_over_mean;
   std::vector<placement::Replacement> replacements;  // online re-placement's refits
   double migration_seconds = 0;                       // building the moved trainers and copying the state in
+  int moves_applied = 0;                              // trainers rebuilt on a new placement
+  std::vector<int> expert_rank;                       // the placement the last step ran on
   double predicted_step_seconds = 0, simulated_exposed_comm_seconds = 0, simulated_bottleneck_exposed_comm_seconds = 0;
   bool rank0 = true;
   int ranks = 0;
@@ -208,6 +210,10 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
     expect(d.replicas == 0, "--replace-every", d.replace_every,
            "0 with --replicas (the copies are fitted once, to the starting placement)");
     expect(spec.moe_layers() > 0, "--replace-every", d.replace_every, "0 for a model without MoE layers");
+    // The replacer halves each window of routed tokens (placement/online.hpp).
+    const double window = static_cast<double>(d.replace_every) * micro_batch * micro_batches * spec.seq_len;
+    expect(window <= 1e15 && static_cast<std::int64_t>(window) % 2 == 0, "--replace-every", d.replace_every,
+           "a step count whose routed tokens (--replace-every x --batch x --seq-len) are even and at most 1e15");
   }
   if (d.schedule == "colocated")
     expect(d.transport == "loopback" && d.pairs == 0 && !d.check_reference && d.trace.empty() && d.net_bandwidth == 0 &&
@@ -316,7 +322,8 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<io::TraceRun> last_run;
   std::vector<std::vector<rt::MeasuredOp>> last_timelines;
-  bool move = false;  // a refit moved experts: the next step runs on the new placement
+  bool move = false;   // a refit moved experts: the next step runs on the new placement
+  bool fresh = false;  // this step is a moved trainer's first: it also builds its schedule
   while (owned->steps() < in.steps) {
     if (move) {
       const auto m0 = std::chrono::steady_clock::now();
@@ -326,6 +333,8 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
       next->take_state(*owned);
       owned = std::move(next);
       out.migration_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
+      ++out.moves_applied;
+      fresh = true;
     }
     const rt::Batch b = in.corpus.sample_train(in.batch, data_rng);
     const auto s0 = std::chrono::steady_clock::now();
@@ -333,7 +342,17 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
     const auto timelines = owned->gather_timelines();
     const auto rows = owned->gather_expert_rows();
-    move = online && online->observe(owned->gather_routing());
+    const bool moved_first = fresh;
+    fresh = false;
+    // No refit after the last step: its move would never apply.
+    move = online && owned->steps() < in.steps && online->observe(owned->gather_routing());
+    if (online) {  // a rank that decided otherwise would stall the next trainer's build: say so now
+      const auto& rank = online->expert_rank();
+      rt::check_same_fingerprints<Transport, 1>(
+          world, {comm::ChannelFingerprint::hash(rank.data(), rank.size() * sizeof(int))},
+          {rt::FingerprintMeaning{"expert placement fingerprint", "every rank refits alike on the same routing"}},
+          opt.executor.timeout);
+    }
     if (!lead) continue;
     double load = 0;
     for (const auto& worker : rows) {
@@ -345,10 +364,12 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     }
     out.expert_rows_max_over_mean.push_back(load);
     auto run = rt::measured_run(owned->lowered(), timelines);
-    out.step_seconds.push_back(step_s);
-    out.schedule_seconds.push_back(run.step_seconds);
-    out.exposed_comm_seconds.push_back(rt::exposed_comm_seconds(owned->schedule(), run));
-    out.bottleneck_exposed_comm_seconds.push_back(rt::bottleneck_exposed_comm_seconds(owned->schedule(), run));
+    if (!moved_first) {  // as the run's first step, left out of the means (main.cpp)
+      out.step_seconds.push_back(step_s);
+      out.schedule_seconds.push_back(run.step_seconds);
+      out.exposed_comm_seconds.push_back(rt::exposed_comm_seconds(owned->schedule(), run));
+      out.bottleneck_exposed_comm_seconds.push_back(rt::bottleneck_exposed_comm_seconds(owned->schedule(), run));
+    }
     last_run = std::move(run);
     last_timelines = timelines;
     out.tokens += static_cast<std::int64_t>(b.inputs.size());
@@ -371,7 +392,10 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     out.rank0 = false;
     return;
   }
-  if (online) out.replacements = online->decisions();
+  if (online) {
+    out.replacements = online->decisions();
+    out.expert_rank = owned->options().expert_rank;
+  }
   full.set_steps(owned->steps());
   if (final_rng != nullptr) *final_rng = data_rng;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -294,6 +294,8 @@ int run(const Args& a) {
   auto d = a.d;
   if (a.device == "cuda") d.check_reference = false;  // run_job compares with a host run itself
   dm::train_cli::check_disaggregated_args(d, spec, a.micro_batch, topt.micro_batches);
+  dm::expect(a.d.replace_every < std::max<std::int64_t>(a.steps, 1), "--replace-every", a.d.replace_every,
+             "less than --steps (" + std::to_string(a.steps) + "): a refit's move applies from the next step");
   dm::expect(a.d.schedule == "colocated" || a.save_every == 0, "--save-every", a.save_every,
              "0 with --schedule " + a.d.schedule + " (the model is saved at the end)");
   bool lead = true;  // the rank that prints and writes files
@@ -435,7 +437,8 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
     initial = out.initial;
     final_loss = out.final_loss;
     secs = out.seconds;
-    auto mean = [](const std::vector<double>& v) {  // the first step also builds the schedule: left out
+    // The first step also builds the schedule: left out (so is a moved trainer's first, in rank_loop).
+    auto mean = [](const std::vector<double>& v) {
       if (v.size() < 2) return v.empty() ? 0.0 : v[0];
       double s = 0;
       for (std::size_t i = 1; i < v.size(); ++i) s += v[i];
@@ -461,12 +464,16 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
         moves += r.moved;
         experts_moved += r.moved ? r.experts_moved : 0;
       }
+      // saving_bytes and migration_bytes are the replacer's model (forward dispatch rows,
+      // the moved experts' weights and moments); a move itself all-gathers the whole model.
       dis["replacement"] = {{"every_steps", a.d.replace_every}, {"horizon_windows", a.d.replace_horizon},
-                            {"refits", refits}, {"migration_seconds", out.migration_seconds}};
+                            {"refits", refits}, {"moves_applied", out.moves_applied},
+                            {"migration_seconds", out.migration_seconds}, {"expert_rank", out.expert_rank}};
       if (!a.json_out)
         std::cout << "online re-placement every " << a.d.replace_every << " steps: " << out.replacements.size()
-                  << " refits, " << moves << " moved experts (" << experts_moved << " (layer, expert) pairs in all; "
-                  << std::setprecision(3) << out.migration_seconds << " s rebuilding)\n" << std::defaultfloat;
+                  << " refits, " << moves << " of them moved experts (" << experts_moved
+                  << " (layer, expert) pairs in all; " << std::setprecision(3) << out.migration_seconds
+                  << " s rebuilding)\n" << std::defaultfloat;
     }
     if (ref) {
       std::vector<double> losses, ref_losses;
@@ -677,8 +684,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   dis->add_option("--replace-every", a.d.replace_every,
                   "online re-placement (Expert Coupling): every N steps refit the placement to the routers' own "
-                  "routing and move experts between ranks when the predicted saving in dispatch bytes over "
-                  "--replace-horizon windows beats the bytes moved (0: off)")
+                  "routing and move experts between ranks when the modelled saving in forward dispatch rows over "
+                  "--replace-horizon windows beats the moved experts' weights and moments (0: off; a move itself "
+                  "all-gathers the whole model)")
       ->capture_default_str();
   dis->add_option("--replace-horizon", a.d.replace_horizon,
                   "windows of --replace-every steps over which a refit's predicted saving is credited")

@@ -325,6 +325,8 @@ class DisaggregatedTrainer {
     step_ = from.step_;
   }
 
+  /// The options the trainer was built with.
+  [[nodiscard]] const DisaggregatedOptions& options() const { return options_; }
   /// This rank's stages (the other is absent).
   [[nodiscard]] AttentionStage<Attention>* attention() { return attention_ ? &*attention_ : nullptr; }
   [[nodiscard]] ExpertStage<Experts>* experts() { return experts_ ? &*experts_ : nullptr; }

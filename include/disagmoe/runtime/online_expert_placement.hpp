@@ -25,11 +25,12 @@
 namespace disagmoe::runtime {
 
 /// See the file comment. Deterministic: every rank that observes the same routing makes
-/// the same decisions (the candidate's fit runs on one thread).
+/// the same decisions (the candidate's fit runs on one thread). The bytes it weighs are
+/// modelled: forward dispatch rows saved against the moved experts' weights and moments.
 class OnlineExpertPlacement {
  public:
-  /// `expert_rank`: the run's current placement, [layer][expert] F-ranks (empty:
-  /// contiguous blocks, the run's default); `window_tokens`: routed tokens between refits
+  /// `expert_rank`: the run's current placement, [layer][expert] F-ranks, or one row of E
+  /// for every layer, or empty (contiguous blocks), as `DisaggregatedOptions` takes it; `window_tokens`: routed tokens between refits
   /// (even); `horizon_windows`: windows over which a refit's saving is credited against
   /// the bytes it migrates; `element_bytes`: of one parameter or activation element.
   /// ConfigError when `ffn_ranks` does not divide the experts, the model has no MoE layer,
@@ -75,11 +76,14 @@ class OnlineExpertPlacement {
            "a divisor of the routed experts (" + std::to_string(spec.experts) + "): every F-rank holds as many");
     const auto size = static_cast<std::size_t>(spec.layers) * static_cast<std::size_t>(spec.experts);
     if (expert_rank.empty())
-      for (int l = 0; l < spec.layers; ++l)
-        for (int e = 0; e < spec.experts; ++e)
-          expert_rank.push_back(static_cast<int>(static_cast<std::int64_t>(e) * ffn_ranks / spec.experts));
+      for (int e = 0; e < spec.experts; ++e)
+        expert_rank.push_back(static_cast<int>(static_cast<std::int64_t>(e) * ffn_ranks / spec.experts));
+    if (expert_rank.size() == static_cast<std::size_t>(spec.experts)) {  // one row for every layer
+      const std::vector<int> row = expert_rank;
+      for (int l = 1; l < spec.layers; ++l) expert_rank.insert(expert_rank.end(), row.begin(), row.end());
+    }
     expect(expert_rank.size() == size, "expert_rank.size()", expert_rank.size(),
-           "layers x routed experts (" + std::to_string(size) + ")");
+           "layers x routed experts (" + std::to_string(size) + ") or the routed experts");
     std::vector<std::int32_t> map;
     for (int l = 0; l < spec.layers; ++l)
       if (spec.is_moe_layer(l))
