@@ -30,9 +30,10 @@ namespace disagmoe::runtime {
 class OnlineExpertPlacement {
  public:
   /// `expert_rank`: the run's current placement, [layer][expert] F-ranks, or one row of E
-  /// for every layer, or empty (contiguous blocks), as `DisaggregatedOptions` takes it; `window_tokens`: routed tokens between refits
-  /// (even); `horizon_windows`: windows over which a refit's saving is credited against
-  /// the bytes it migrates; `element_bytes`: of one parameter or activation element.
+  /// for every layer, or empty (contiguous blocks), as `DisaggregatedOptions` takes it;
+  /// `window_tokens`: routed tokens between refits (even); `horizon_windows`: windows over
+  /// which a refit's saving is credited against the bytes it migrates; `element_bytes`: of
+  /// one parameter or activation element.
   /// ConfigError when `ffn_ranks` does not divide the experts, the model has no MoE layer,
   /// or on a bad placement, window or horizon.
   OnlineExpertPlacement(const ModelSpec& spec, int ffn_ranks, std::vector<int> expert_rank, std::int64_t window_tokens,
