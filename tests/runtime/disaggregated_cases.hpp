@@ -153,6 +153,13 @@ inline void check_close_parameters(const Parameters& ref, const Parameters& got)
   CHECK(worst < 1e-4);
 }
 
+/// Statistics and every parameter of `got` agree with `ref`'s to float rounding.
+inline void check_close(const Run& ref, const Run& got) {
+  check_close_stats(ref.stats, got.stats);
+  REQUIRE(got.params.size() == ref.params.size());
+  check_close_parameters(ref.params, got.params);
+}
+
 /// Statistics and every parameter of `got` equal `ref`'s, bit for bit.
 inline void check_identical(const Run& ref, const Run& got) {
   check_same_stats(ref.stats, got.stats);

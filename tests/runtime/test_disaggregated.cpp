@@ -133,9 +133,7 @@ TEST_CASE("M2NChannel exchange: data-parallel A-ranks and expert-parallel F-rank
     opt.policy.fuse_combine_dispatch = c.fuse;
     const Run ref = colocated(spec, c.micro_batches * c.attention_ranks, data);
     const Run got = disaggregated(spec, c.micro_batches, data, opt, Experts(spec, {}));
-    check_close_stats(ref.stats, got.stats);
-    REQUIRE(got.params.size() == ref.params.size());
-    check_close_parameters(ref.params, got.params);
+    check_close(ref, got);
   }
 }
 
@@ -178,9 +176,7 @@ TEST_CASE("colocated expert-parallel baselines (1F1B, A2A overlap) on the same r
       check_identical(ref, got);
       continue;
     }
-    check_close_stats(ref.stats, got.stats);
-    REQUIRE(got.params.size() == ref.params.size());
-    check_close_parameters(ref.params, got.params);
+    check_close(ref, got);
   }
 }
 
@@ -229,9 +225,7 @@ TEST_CASE("a placement per layer: every F-rank holds its layer's experts, and tr
         REQUIRE(holder.count({l, e}) == 1);
         CHECK(holder.at({l, e}) == placement[static_cast<std::size_t>(l * spec.experts + e)]);
       }
-    check_close_stats(ref.stats, got.stats);
-    REQUIRE(got.params.size() == ref.params.size());
-    check_close_parameters(ref.params, got.params);
+    check_close(ref, got);
   }
 }
 
