@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // disagmoe-plan: split a cluster between attention and FFN groups for a MoE model
-// (MILP seed + local search over the analytic model), explain the result, and say
-// whether to run it or the best colocated schedule (both simulated).
+// (MILP seed + local search over the analytic model, then a local search by
+// simulation from its choice), explain the result, and say whether to run it or the
+// best colocated schedule (both simulated).
 //   disagmoe-plan --model qwen3-30b-a3b --cluster h800x128 --seq-len 16384
 //   disagmoe-plan --model my_model.json --cluster h100:4 --json --svg roofline.svg
 #include <disagmoe/io/spec_json.hpp>
 #include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/plan/plan_json.hpp>
+#include <disagmoe/schedule/plan_oracle.hpp>
 #include <disagmoe/schedule/recommend.hpp>
 #include <disagmoe/schedule/timeline_cost.hpp>
 #include <disagmoe/spec/presets.hpp>
@@ -23,7 +25,7 @@
 namespace {
 using namespace disagmoe;
 
-void print_table(const plan::Plan& p) {
+void print_table(const plan::AdaptiveAllocator& allocator, const plan::Plan& p) {
   const plan::StepEstimate& e = p.predicted;
   std::printf("%s on %s: seq %d, micro-batch %d, global batch %d sequences, recompute %s, fused combine + dispatch %s\n",
               p.model.c_str(), p.cluster.c_str(), p.seq_len, p.micro_batch, p.global_batch,
@@ -40,7 +42,7 @@ void print_table(const plan::Plan& p) {
               std::max(e.ffn_seconds, e.ffn_link_seconds) * 1e3, e.memory.ffn_worker.total() / 1e9,
               p.ffn_roofline.intensity);
   std::printf("NIC bandwidth per GPU, FFN / attention: %.2fx\n", p.ffn_bandwidth_per_gpu / p.attention_bandwidth_per_gpu);
-  std::printf("groups %d (interleaved, %zu layers in pair 0); stage %.3f ms; step %.3f s; %.0f tokens/s; "
+  std::printf("groups %d (interleaved, %zu layers in pair 0); stage %.3f ms; analytic step %.3f s; %.0f tokens/s; "
               "bottleneck %s; capacity %.1f GB/GPU; turning point %.0f FLOP/B\n",
               p.allocation.groups, p.layer_groups.front().size(), e.stage_seconds * 1e3, e.step_seconds,
               e.tokens_per_second, std::string(plan::to_string(e.bottleneck)).c_str(), e.memory.capacity / 1e9,
@@ -49,16 +51,28 @@ void print_table(const plan::Plan& p) {
               e.ffn_sm_slowdown);
   std::printf("search: MILP seed %.3f s -> %.3f s after %ld evaluations (gain %.3fx)\n", p.seed_step_seconds,
               p.step_seconds, p.evaluations, p.gain());
+  if (const plan::Refinement& r = p.refinement; r.ran) {
+    const plan::AnalyticModel& model = allocator.model();
+    std::printf("simulated: the analytic choice (%s) runs %.3f s; ", model.describe_allocation(r.from).c_str(),
+                r.from_step_seconds);
+    if (p.allocation == r.from)
+      std::printf("no neighbour runs faster (%ld simulations%s)\n", r.evaluations,
+                  r.budget_exhausted ? ", budget spent" : "");
+    else
+      std::printf("moved to %s: %.3f s after %ld simulations (gain %.3fx%s)\n",
+                  model.describe_allocation(p.allocation).c_str(), r.step_seconds, r.evaluations, r.gain(),
+                  r.budget_exhausted ? ", budget spent" : "");
+  }
   std::printf("%s\n", p.explanation().c_str());
   std::printf("idle GPUs %d; binding constraint (%s): %s\n", p.idle_gpus, p.binding.kind.c_str(),
               p.binding.text.c_str());
 }
 
 void print_recommendation(const schedule::Recommendation& r) {
-  std::printf("simulated, best layout of each schedule:\n%-12s %-28s %10s %8s\n", "schedule", "layout", "step ms",
+  std::printf("simulated, best layout of each schedule:\n%-12s %-36s %10s %8s\n", "schedule", "layout", "step ms",
               "fits");
   for (const auto& s : r.ranked)
-    std::printf("%-12s %-28s %10.1f %8s\n", s.schedule.c_str(), s.layout.c_str(), s.step_seconds * 1e3,
+    std::printf("%-12s %-36s %10.1f %8s\n", s.schedule.c_str(), s.layout.c_str(), s.step_seconds * 1e3,
                 s.fits ? "yes" : "no");
   std::printf("recommendation (%s): %s\n", r.cause.c_str(), r.reason.c_str());
 }
@@ -92,6 +106,7 @@ int main(int argc, char** argv) {
   std::string model_arg, cluster_arg, svg_path;
   int seq_len = 0, micro_batch = 0, global_batch = 0;
   bool json = false, rdma_m2n = false, no_recommend = false;
+  long refine_evaluations = schedule::kRefineEvaluations;
   double sm_fraction = 0;
   app.add_option("--model", model_arg, "a model preset name or a JSON file")->required();
   app.add_option("--cluster", cluster_arg, "a cluster preset, NAME:NODES, or a JSON file")->required();
@@ -102,6 +117,9 @@ int main(int argc, char** argv) {
                  "share of SMs comm kernels hold on both ends of a transfer (default: the cluster's "
                  "kernel_comm_sm_fraction)");
   app.add_flag("--rdma-m2n", rdma_m2n, "M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction)");
+  app.add_option("--refine-evaluations", refine_evaluations,
+                 "simulations the search by simulation from the analytic choice may run (0: the analytic plan; "
+                 "default " + std::to_string(schedule::kRefineEvaluations) + ")");
   app.add_flag("--no-recommend", no_recommend,
                "skip simulating AF-Pipe's plan against the colocated schedules (no recommendation)");
   app.add_flag("--json", json, "print one JSON object instead of the table");
@@ -129,7 +147,9 @@ int main(int argc, char** argv) {
     o.global_batch = global_batch;
     o.m2n_uses_sms = !rdma_m2n;
     const plan::AdaptiveAllocator allocator(m, c, o);
-    const plan::Plan p = allocator.plan();
+    expect_in("--refine-evaluations", refine_evaluations, 0L, 1000000L);
+    const plan::Plan p =
+        schedule::simulated_plan(allocator, refine_evaluations, {"--global-batch", "--global-batch", "--chunks"});
     if (!svg_path.empty()) {
       std::ofstream out(svg_path);
       expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
@@ -153,7 +173,7 @@ int main(int argc, char** argv) {
       if (rec) j["recommendation"] = recommendation_json(*rec);
       std::cout << j.dump(2) << '\n';
     } else {
-      print_table(p);
+      print_table(allocator, p);
       if (rec) print_recommendation(*rec);
     }
     return cli::kExitOk;

@@ -33,11 +33,16 @@ using nlohmann::json;
 
 namespace {
 
-// The planner's allocation (plan::AdaptiveAllocator: MILP seed + local search) under the
-// options this run simulates with (batch, deduplication, M2N transport).
+// The planner's allocation (plan::AdaptiveAllocator: MILP seed + local search, then the
+// search by simulation, as disagmoe-plan makes it) under the options this run simulates
+// with (batch, deduplication, M2N transport). The search by simulation runs the
+// planner's micro-batches and ping-pong group, so `refine` is false when this run
+// sets its own.
 disagmoe::plan::Allocation planned_allocation(const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c,
-                                              const ds::CostOptions& cost, const ds::PolicyKnobs& knobs) {
-  return disagmoe::plan::AdaptiveAllocator(m, c, ds::plan_options(cost, knobs)).plan().allocation;
+                                              const ds::CostOptions& cost, const ds::PolicyKnobs& knobs,
+                                              bool refine) {
+  const disagmoe::plan::AdaptiveAllocator allocator(m, c, ds::plan_options(cost, knobs));
+  return ds::simulated_plan(allocator, refine ? ds::kRefineEvaluations : 0).allocation;
 }
 
 // Idle seconds by what the worker waits for (schedule/idle_causes.hpp).
@@ -108,7 +113,7 @@ json result_json(const ds::Simulated& s, const disagmoe::ModelSpec& m, const dis
 
 void print_row(const ds::Simulated& s, double ref) {
   const auto& r = s.result;
-  std::printf("%-12s %-28s %10.1f %12.0f %6.1f%% %7.1f%% %10.1f %8.1f %6.2fx%s\n", s.schedule.name.c_str(),
+  std::printf("%-12s %-36s %10.1f %12.0f %6.1f%% %7.1f%% %10.1f %8.1f %6.2fx%s\n", s.schedule.name.c_str(),
               s.layout.c_str(), r.step_seconds * 1e3, r.tokens_per_second, r.mfu * 100, r.bubble_fraction * 100,
               r.exposed_comm_seconds * 1e3, r.peak_memory_bytes / 1e9, ref > 0 ? ref / r.step_seconds : 1.0,
               s.fits ? "" : "  (exceeds HBM)");
@@ -257,7 +262,11 @@ int main(int argc, char** argv) {
     bool planned_recompute = false;
     if (!af && !search_layout && af_mode) {
       try {
-        const auto pa = planned_allocation(m, c, cost, knobs);
+        const bool planners_run = micro_batches == 0 && knobs.af_group_size == 0;
+        const auto pa = planned_allocation(m, c, cost, knobs, planners_run);
+        if (!planners_run)
+          notes.push_back("the planner's allocation is its analytic choice, not refined by simulation "
+                          "(--micro-batches or --af-group-size differ from the planner's)");
         planned = ds::af_layout(pa);
         if (pa.recompute) planned_recompute = true;
         knobs.af_fuse = pa.fuse;
@@ -317,7 +326,7 @@ int main(int argc, char** argv) {
     }
     std::printf("%s on %s, seq_len %d, micro_batch %d, global batch %d sequences\n", m.name.c_str(), c.name.c_str(),
                 m.seq_len, m.micro_batch, global_batch);
-    std::printf("%-12s %-28s %10s %12s %7s %8s %10s %8s %7s\n", "schedule", "layout", "step ms", "tokens/s", "MFU",
+    std::printf("%-12s %-36s %10s %12s %7s %8s %10s %8s %7s\n", "schedule", "layout", "step ms", "tokens/s", "MFU",
                 "bubble", "exp.comm", "mem GB", "vs 1st");
     for (const auto& r : runs) print_row(r, head.result.step_seconds);
     // Idle time by what it waits for: transfers (network) apart from a peer's compute

@@ -87,6 +87,26 @@ class AdaptiveAllocator {
     return plan(AnalyticOracle{&model_}, search, options);
   }
 
+  /// `p` (a plan of this allocator) refined by a second local search from its
+  /// allocation with `oracle` (Refinement). The allocation becomes the second search's
+  /// best when the oracle can run there (finite step time), and everything derived
+  /// from it (predicted, groups, roofline, binding) follows; the first search's record
+  /// (seed, step_seconds, evaluations) is kept. A plan whose `oracle` is +inf
+  /// everywhere it looked keeps its allocation, with the +inf recorded.
+  template <step_time_oracle O>
+  [[nodiscard]] Plan refine(const Plan& p, const O& oracle, const SearchOptions& search) const {
+    const SearchResult r = local_search(model_, oracle, p.allocation, search);
+    SearchResult first;
+    first.seed = p.seed;
+    first.seed_step_seconds = p.seed_step_seconds;
+    first.best_step_seconds = p.step_seconds;
+    first.evaluations = p.evaluations;
+    first.budget_exhausted = p.budget_exhausted;
+    Plan q = make_plan(model_, r.best, first, p.seed_bound_seconds, p.milp_nodes);
+    q.refinement = {true, p.allocation, r.seed_step_seconds, r.best_step_seconds, r.evaluations, r.budget_exhausted};
+    return q;
+  }
+
  private:
   // Nothing fits: report the allocation that comes closest (smallest overflow ratio)
   // so the error names the worker type that cannot fit even at its best.

@@ -17,6 +17,22 @@
 
 namespace disagmoe::plan {
 
+/// A second local search, from the first search's choice, with another step-time
+/// oracle (disagmoe-plan: the simulator, schedule/plan_oracle.hpp). The analytic model
+/// that seeds it is fast but blind to what only a timeline shows (fill and drain,
+/// links shared by many transfers, lock-step ping-pong groups), so its choice is
+/// checked, and moved where the second oracle finds a faster neighbour.
+struct Refinement {
+  bool ran = false;               ///< a second search was run
+  Allocation from;                ///< the first search's choice, where it started
+  double from_step_seconds = 0;   ///< second oracle at `from` (+inf: it cannot run there)
+  double step_seconds = 0;        ///< second oracle at the plan's allocation
+  long evaluations = 0;           ///< second-oracle calls
+  bool budget_exhausted = false;  ///< stopped by its evaluation budget, not a local optimum
+  /// from_step_seconds / step_seconds (>= 1; 1 when `from` is locally optimal).
+  [[nodiscard]] double gain() const { return step_seconds > 0 ? from_step_seconds / step_seconds : 1.0; }
+};
+
 /// A planned deployment of one model on one cluster.
 struct Plan {
   std::string model;                          ///< ModelSpec::name
@@ -45,10 +61,11 @@ struct Plan {
   Allocation seed;                            ///< MILP seed
   double seed_bound_seconds = 0;              ///< MILP objective at the seed (s per micro-batch)
   double seed_step_seconds = 0;               ///< oracle's step time at the seed
-  double step_seconds = 0;                    ///< oracle's step time at the plan
+  double step_seconds = 0;                    ///< oracle's step time at its choice (refinement.from if refined)
   long evaluations = 0;                       ///< oracle calls of the local search
   long milp_nodes = 0;                        ///< branch-and-bound nodes of the seed
   bool budget_exhausted = false;              ///< the local search ran out of evaluations
+  Refinement refinement;                      ///< the second search, if any (it chose `allocation`)
 
   /// seed_step_seconds / step_seconds (>= 1).
   [[nodiscard]] double gain() const { return step_seconds > 0 ? seed_step_seconds / step_seconds : 1.0; }

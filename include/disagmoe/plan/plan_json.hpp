@@ -7,6 +7,8 @@
 /// memory_bytes.{attention_worker, ffn_worker, capacity}, roofline.{turning_point,
 /// attention.{intensity, turning_point, ceiling, bandwidth, achieved}, ffn.{…}},
 /// search.{seed_step_seconds, evaluations, gain, seed, milp_nodes, budget_exhausted},
+/// refinement.{from, from_step_seconds, step_seconds, evaluations, gain, budget_exhausted}
+/// (only when refined; step times are null where the second oracle cannot run),
 /// idle_gpus, binding.{kind, text}; disagmoe-plan adds recommendation (schedule/recommend.hpp).
 /// `allocation_from_json` reads such a plan back, strictly.
 #pragma once
@@ -16,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 #include <string_view>
 
@@ -92,6 +95,15 @@ inline io::Json to_json(const Plan& p) {
                  {"seed_bound_seconds", p.seed_bound_seconds},
                  {"milp_nodes", p.milp_nodes},
                  {"budget_exhausted", p.budget_exhausted}};
+  if (const Refinement& r = p.refinement; r.ran) {
+    const auto seconds = [](double t) { return std::isfinite(t) ? io::Json(t) : io::Json(nullptr); };
+    j["refinement"] = {{"from", detail::to_json(r.from)},
+                       {"from_step_seconds", seconds(r.from_step_seconds)},
+                       {"step_seconds", seconds(r.step_seconds)},
+                       {"evaluations", r.evaluations},
+                       {"gain", seconds(r.gain())},
+                       {"budget_exhausted", r.budget_exhausted}};
+  }
   j["explanation"] = p.explanation();
   j["idle_gpus"] = p.idle_gpus;
   j["binding"] = {{"kind", p.binding.kind}, {"text", p.binding.text}};
@@ -113,10 +125,10 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   expect<IoError>(j.is_object(), path, brief(j), "a JSON object (disagmoe-plan --json)");
   const bool full = j.contains("allocation");
   if (full) {
-    static constexpr std::array<std::string_view, 20> kPlanKeys = {
+    static constexpr std::array<std::string_view, 21> kPlanKeys = {
         "model",       "cluster",      "seq_len",   "micro_batch",  "global_batch", "attention", "ffn",
         "groups",      "recompute",    "fuse",      "allocation",   "layer_groups", "predicted", "memory_bytes",
-        "roofline",    "search",       "explanation", "idle_gpus",  "binding",      "recommendation"};
+        "roofline",    "search",       "refinement", "explanation", "idle_gpus",    "binding",   "recommendation"};
     for (const auto& [key, value] : j.items())
       expect<IoError>(known(kPlanKeys, key), path + "." + key, "(unknown key)", "a key that disagmoe-plan --json writes");
     auto same = [&](const char* key, const std::string& ours, const char* what) {

@@ -9,6 +9,7 @@
 /// `planned_simulation`, so no field of the plan is dropped on the way.
 #pragma once
 
+#include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/plan/allocation.hpp>
 #include <disagmoe/plan/step_time_oracle.hpp>
 #include <disagmoe/schedule/schedules.hpp>
@@ -121,5 +122,26 @@ class SimulatedStepTime {
 };
 
 static_assert(plan::step_time_oracle<SimulatedStepTime>);
+
+/// Simulations a plan's refinement runs at most by default (disagmoe-plan
+/// --refine-evaluations): a local optimum takes 10–70 on the bench grid.
+inline constexpr long kRefineEvaluations = 100;
+
+/// The planner's plan, checked and refined by simulation: the analytic search's choice
+/// (MILP seed + local search) is the start of a second local search whose oracle is
+/// SimulatedStepTime, at most `evaluations` simulations (0: the analytic plan as is).
+/// Where few micro-batches circulate (p <= 4) the analytic model is 10–37% optimistic
+/// and the simulator often prefers a neighbour (bench/RESULTS.md, issue 15). Each
+/// simulation must fit the work and memory budgets (expect_timeline_fits, its errors
+/// naming `fields`).
+inline plan::Plan simulated_plan(const plan::AdaptiveAllocator& allocator, long evaluations = kRefineEvaluations,
+                                 const TimelineFields& fields = {}) {
+  expect(evaluations >= 0, "refine evaluations", evaluations, "a number of simulations >= 0");
+  plan::Plan p = allocator.plan();
+  if (evaluations == 0) return p;
+  const plan::AnalyticModel& m = allocator.model();
+  expect_timeline_fits(AFPipe::kName, m.model(), cost_options(m.options(), m.model(), p.allocation), 1, fields);
+  return allocator.refine(p, SimulatedStepTime(m.model(), m.cluster(), m.options()), {evaluations});
+}
 
 }  // namespace disagmoe::schedule

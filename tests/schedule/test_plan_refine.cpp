@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// The planner's search by simulation (AdaptiveAllocator::refine with SimulatedStepTime,
+// schedule::simulated_plan): its step is what the simulator says of the plan's own
+// allocation through disagmoe-sim --plan's path, it never loses to the analytic choice,
+// it stops at a local optimum of the simulator, everything derived from the allocation
+// follows it, and its budget and failures are honoured.
+#include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/plan_json.hpp>
+#include <disagmoe/schedule/plan_oracle.hpp>
+#include <disagmoe/spec/presets.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace ds = disagmoe::schedule;
+namespace dp = disagmoe::plan;
+
+namespace {
+
+// GPT-OSS-120B at 16K on 16 nodes: one pair of groups, where the analytic model is
+// about 20% optimistic and the simulator prefers a neighbour of its choice (bench/RESULTS.md,
+// issue 15). A simulation costs ~1 ms here.
+dp::AdaptiveAllocator gpt_oss_16k(bool kernels = true) {
+  disagmoe::ModelSpec m = disagmoe::model_preset("gpt-oss-120b");
+  m.seq_len = 16384;
+  dp::PlanOptions o;
+  o.m2n_uses_sms = kernels;
+  return dp::AdaptiveAllocator(m, disagmoe::cluster_preset("h800x128"), o);
+}
+
+// The simulator's AF-Pipe step on allocation `x`, through simulate_best (the path of
+// disagmoe-sim --plan and the recommendation), not through the oracle.
+double simulated(const dp::AnalyticModel& model, const dp::Allocation& x) {
+  return ds::simulate_plan(model, x).result.step_seconds;
+}
+
+// An oracle that cannot run anywhere.
+struct NowhereOracle {
+  using oracle_concept = dp::step_time_oracle_tag;
+  [[nodiscard]] double step_seconds(const dp::Allocation&) const { return std::numeric_limits<double>::infinity(); }
+};
+
+}  // namespace
+
+TEST_CASE("search by simulation: the simulator's step on the plan's allocation, no worse, a local optimum") {
+  for (bool kernels : {true, false}) {
+    INFO((kernels ? "kernel M2N" : "RDMA M2N"));
+    const dp::AdaptiveAllocator allocator = gpt_oss_16k(kernels);
+    const dp::AnalyticModel& model = allocator.model();
+    const dp::Plan analytic = allocator.plan();
+    const dp::Plan p = ds::simulated_plan(allocator);
+    const dp::Refinement& r = p.refinement;
+    REQUIRE(r.ran);
+    CHECK(r.from == analytic.allocation);
+    CHECK(r.from_step_seconds == doctest::Approx(simulated(model, r.from)).epsilon(1e-12));
+    CHECK(r.step_seconds == doctest::Approx(simulated(model, p.allocation)).epsilon(1e-12));
+    // Here the simulator's choice differs from the analytic one, and is faster.
+    CHECK_FALSE(p.allocation == analytic.allocation);
+    CHECK(r.step_seconds < r.from_step_seconds);
+    CHECK(r.gain() == doctest::Approx(r.from_step_seconds / r.step_seconds));
+    // A local optimum of the simulator: no neighbour runs faster.
+    REQUIRE_FALSE(r.budget_exhausted);
+    for (const dp::Allocation& y : dp::neighbours(model, p.allocation)) {
+      INFO(model.describe_allocation(y));
+      CHECK(ds::SimulatedStepTime(model.model(), model.cluster(), model.options()).step_seconds(y) >=
+            r.step_seconds);
+    }
+    // What derives from the allocation follows it; the first search's record stays.
+    CHECK(p.predicted.step_seconds == model.estimate(p.allocation).step_seconds);
+    CHECK(p.attention_group_size == model.group_size(p.allocation.groups, p.allocation.attention_gpus_per_node));
+    CHECK(p.ffn_gpus == dp::ffn_gpus(p.allocation, model.cluster()));
+    CHECK(p.layer_groups.size() == static_cast<std::size_t>(p.allocation.groups));
+    CHECK(p.seed == analytic.seed);
+    CHECK(p.step_seconds == analytic.step_seconds);
+    CHECK(p.evaluations == analytic.evaluations);
+  }
+}
+
+TEST_CASE("search by simulation: budget, off, bad budget, an oracle that cannot run") {
+  const dp::AdaptiveAllocator allocator = gpt_oss_16k();
+  const dp::Plan analytic = allocator.plan();
+  SUBCASE("one simulation: the analytic choice, measured, kept") {
+    const dp::Plan p = ds::simulated_plan(allocator, 1);
+    CHECK(p.refinement.evaluations == 1);
+    CHECK(p.refinement.budget_exhausted);
+    CHECK(p.allocation == analytic.allocation);
+    CHECK(p.refinement.step_seconds == doctest::Approx(simulated(allocator.model(), analytic.allocation)));
+  }
+  SUBCASE("zero: the analytic plan") {
+    const dp::Plan p = ds::simulated_plan(allocator, 0);
+    CHECK_FALSE(p.refinement.ran);
+    CHECK(p.allocation == analytic.allocation);
+    CHECK_FALSE(dp::to_json(p).contains("refinement"));
+  }
+  SUBCASE("negative") {
+    CHECK_THROWS_WITH_AS((void)ds::simulated_plan(allocator, -1),
+                         "refine evaluations = -1: expected a number of simulations >= 0", disagmoe::ConfigError);
+  }
+  SUBCASE("nowhere: the allocation stays, its step is +inf, null in JSON") {
+    const dp::Plan p = allocator.refine(analytic, NowhereOracle{}, {100});
+    CHECK(p.allocation == analytic.allocation);
+    CHECK(std::isinf(p.refinement.step_seconds));
+    const auto j = dp::to_json(p);
+    CHECK(j.at("refinement").at("step_seconds").is_null());
+    CHECK(j.at("refinement").at("evaluations").get<long>() == p.refinement.evaluations);
+  }
+}
+
+TEST_CASE("a refined plan's JSON: the refinement, and the refined allocation read back") {
+  const dp::AdaptiveAllocator allocator = gpt_oss_16k();
+  const dp::Plan p = ds::simulated_plan(allocator);
+  const auto j = dp::to_json(p);
+  const auto& r = j.at("refinement");
+  CHECK(r.at("step_seconds").get<double>() == p.refinement.step_seconds);
+  CHECK(r.at("from_step_seconds").get<double>() == p.refinement.from_step_seconds);
+  CHECK(r.at("from").at("groups").get<int>() == p.refinement.from.groups);
+  CHECK(r.at("from").at("attention_gpus_per_node").get<int>() == p.refinement.from.attention_gpus_per_node);
+  const dp::AnalyticModel& model = allocator.model();
+  CHECK(dp::allocation_from_json(j, model.model(), model.cluster()) == p.allocation);
+}
