@@ -19,7 +19,11 @@
 // share of the step, and exposed communication and speed relative to the first 1F1B-EP.
 // Exposed communication is given twice: the mean over workers, and the bottleneck's (the
 // worker that computes longest: what lengthens the step; AF-Pipe's lighter side waiting
-// on a transfer while the busier one computes counts in the mean only).
+// on a transfer while the busier one computes counts in the mean only). Last, where the
+// ranks' time goes (rank_timelines.hpp), for the worker whose ranks spend the most compute
+// time off their cores, mean over its ranks: "off core" (compute wall time beyond its CPU
+// time: waiting to be scheduled), "rank wait" (in all-to-alls, before the worker's last
+// rank enters) and "a2a tail" (in all-to-alls, after it entered).
 //
 //   bench_runtime [--model tiny|small] [--world 2,4] [--micro-batches N] [--micro-batch S]
 //                 [--steps N] [--comm-share F] [--latency S]
@@ -98,15 +102,33 @@ double colocated_step(const dm::ModelSpec& spec, const rt::TrainOptions& t, cons
 
 struct Result {
   double step = 0, schedule = 0, exposed = 0, predicted_step = 0, predicted_exposed = 0, bottleneck = 0,
-         predicted_bottleneck = 0, comm_cpu = 0;
+         predicted_bottleneck = 0, comm_cpu = 0, off_core = 0, rank_wait = 0, a2a_tail = 0;
 };
+
+/// The RankTime (mean over its ranks) of the worker whose ranks spend the most compute
+/// time off their cores.
+rt::RankTime busiest_off_core(const std::vector<std::vector<rt::RankTime>>& times) {
+  rt::RankTime best;
+  double worst = -1;
+  for (const auto& w : times) {
+    rt::RankTime mean;
+    for (const auto& r : w) {
+      mean.compute_wall += r.compute_wall / static_cast<double>(w.size());
+      mean.compute_cpu += r.compute_cpu / static_cast<double>(w.size());
+      mean.wait_for_ranks += r.wait_for_ranks / static_cast<double>(w.size());
+      mean.after_last_entry += r.after_last_entry / static_cast<double>(w.size());
+    }
+    if (mean.off_core() > worst) worst = mean.off_core(), best = mean;
+  }
+  return best;
+}
 
 /// Median measured and predicted figures of a run under `opt` on loopback workers over
 /// the emulated network `net` (the first step, which builds the schedule, left out).
 Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& data, const rt::DisaggregatedOptions& opt,
            const dm::host::NetworkConfig& net) {
   dm::host::LoopbackWorld world(rt::world_size(opt), net);
-  std::vector<double> steps, span, exposed, pstep, pexposed, bneck, pbneck, ccpu;
+  std::vector<double> steps, span, exposed, pstep, pexposed, bneck, pbneck, ccpu, off, wait, tail;
   dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& tp) {
     rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(Attention(spec, {}), Experts(spec, {}),
                                                                                 spec, t, opt, tp);
@@ -114,8 +136,13 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       const auto t0 = Clock::now();
       tr.step({data.in[s], data.tg[s], data.sequences});
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      const auto timelines = tr.gather_timelines();
+      const auto ranks = tr.gather_rank_timelines();
       if (tp.rank() != 0 || s == 0) continue;
+      const auto timelines = rt::merged_timelines(tr.schedule(), ranks);
+      const rt::RankTime where = busiest_off_core(rt::rank_times(tr.schedule(), ranks));
+      off.push_back(where.off_core());
+      wait.push_back(where.wait_for_ranks);
+      tail.push_back(where.after_last_entry);
       const auto measured = rt::measured_run(tr.lowered(), timelines);
       const auto cal =
           rt::calibrated(tr.schedule(), measured, timelines, static_cast<int>(std::thread::hardware_concurrency()));
@@ -131,7 +158,8 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       ccpu.push_back(cal.network.comm_sm_fraction);
     }
   });
-  return {median(steps), median(span), median(exposed), median(pstep), median(pexposed), median(bneck), median(pbneck), median(ccpu)};
+  return {median(steps), median(span),   median(exposed), median(pstep), median(pexposed), median(bneck),
+          median(pbneck), median(ccpu), median(off),     median(wait),  median(tail)};
 }
 
 /// Bytes a rank of the busiest worker of one step under `opt` sends to other ranks (an
@@ -253,9 +281,9 @@ int main(int argc, char** argv) {
       net.latency = o.latency;
       std::printf("\n%d ranks, emulated NIC %.1f MB/s per rank, latency %.0f us (1F1B-EP p=1 without network: %.4f s)\n",
                   w, bw / 1e6, o.latency * 1e6, compute);
-      std::printf("%-22s %8s %10s %10s %7s %10s %10s %8s %9s %10s %10s %9s %9s %8s\n", "schedule", "step s", "schedule s",
-                  "predicted", "err %", "exposed s", "predicted", "share %", "exp/1f1b", "bottleneck", "predicted",
-                  "bn/1f1b", "speedup", "comm cpu");
+      std::printf("%-22s %8s %10s %10s %7s %10s %10s %8s %9s %10s %10s %9s %9s %8s %8s %9s %8s\n", "schedule",
+                  "step s", "schedule s", "predicted", "err %", "exposed s", "predicted", "share %", "exp/1f1b",
+                  "bottleneck", "predicted", "bn/1f1b", "speedup", "comm cpu", "off core", "rank wait", "a2a tail");
       auto vs = variants(w, spec.layers, o.micro_batches);
       std::vector<Result> rs;
       const Result* ref = nullptr;  // the first 1F1B-EP row
@@ -268,11 +296,13 @@ int main(int argc, char** argv) {
         if (vs[i].opt.schedule == rt::ScheduleKind::kOneFOneB) ref = &rs[i];
       for (std::size_t i = 0; i < vs.size(); ++i) {
         const Result& r = rs[i];
-        std::printf("%-22s %8.4f %10.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %10.4f %10.4f %8.2fx %8.2fx %8.2f\n",
-                    vs[i].name.c_str(), r.step, r.schedule, r.predicted_step,
-                    100 * (r.predicted_step - r.schedule) / r.schedule, r.exposed,
-                    r.predicted_exposed, 100 * r.exposed / r.step, r.exposed / ref->exposed, r.bottleneck,
-                    r.predicted_bottleneck, r.bottleneck / ref->bottleneck, ref->step / r.step, r.comm_cpu);
+        std::printf(
+            "%-22s %8.4f %10.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %10.4f %10.4f %8.2fx %8.2fx %8.2f %8.4f %9.4f "
+            "%8.4f\n",
+            vs[i].name.c_str(), r.step, r.schedule, r.predicted_step, 100 * (r.predicted_step - r.schedule) / r.schedule,
+            r.exposed, r.predicted_exposed, 100 * r.exposed / r.step, r.exposed / ref->exposed, r.bottleneck,
+            r.predicted_bottleneck, r.bottleneck / ref->bottleneck, ref->step / r.step, r.comm_cpu, r.off_core,
+            r.rank_wait, r.a2a_tail);
       }
     }
     return 0;

@@ -322,6 +322,7 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<io::TraceRun> last_run;
   std::vector<std::vector<rt::MeasuredOp>> last_timelines;
+  rt::RankTimelines last_rank_timelines;
   bool move = false;   // a refit moved experts: the next step runs on the new placement
   bool fresh = false;  // this step is a moved trainer's first: it also builds its schedule
   while (owned->steps() < in.steps) {
@@ -340,7 +341,8 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     const auto s0 = std::chrono::steady_clock::now();
     const rt::StepStats st = owned->step({b.inputs, b.targets, b.sequences});
     const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-    const auto timelines = owned->gather_timelines();
+    auto rank_timelines = owned->gather_rank_timelines();
+    const auto timelines = rt::merged_timelines(owned->schedule(), rank_timelines);
     const auto rows = owned->gather_expert_rows();
     const bool moved_first = fresh;
     fresh = false;
@@ -372,6 +374,7 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     }
     last_run = std::move(run);
     last_timelines = timelines;
+    last_rank_timelines = std::move(rank_timelines);
     out.tokens += static_cast<std::int64_t>(b.inputs.size());
     if (std::isnan(out.initial)) out.initial = st.loss;
     out.final_loss = st.loss;
@@ -410,7 +413,11 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     out.predicted_step_seconds = sim.step_seconds;
     out.simulated_exposed_comm_seconds = rt::exposed_comm_seconds(cal, sim_run);
     out.simulated_bottleneck_exposed_comm_seconds = rt::bottleneck_exposed_comm_seconds(cal, sim_run);
-    if (!trace.empty()) io::write_chrome_trace(trace, owned->schedule(), std::vector<io::TraceRun>{*last_run, sim_run});
+    if (!trace.empty()) {  // measured and simulated side by side, then each rank of a worker of several
+      std::vector<io::TraceRun> runs{*last_run, sim_run};
+      for (auto& r : rt::rank_runs(owned->lowered(), last_rank_timelines)) runs.push_back(std::move(r));
+      io::write_chrome_trace(trace, owned->schedule(), runs);
+    }
   }
 }
 

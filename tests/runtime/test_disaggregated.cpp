@@ -592,7 +592,7 @@ TEST_CASE("calibration charges the comm threads' CPU to the host cores as comm k
       }
 }
 
-TEST_CASE("a worker of several ranks reports its first rank's timeline, its slowest rank's CPU time per compute op") {
+TEST_CASE("a worker of several ranks reports its first rank's timeline, its slowest rank's CPU time per compute op, and every rank's own") {
   namespace ds = disagmoe::schedule;
   const auto spec = spec_of(3, 2, 0, 0);
   const auto data = batches(2, 8, spec.seq_len);
@@ -602,6 +602,7 @@ TEST_CASE("a worker of several ranks reports its first rank's timeline, its slow
   opt.attention_ranks = opt.ffn_ranks = 2;  // one stage of two expert-parallel ranks
   dm::host::LoopbackWorld world(2);
   std::vector<std::vector<rt::MeasuredOp>> own(2), gathered;
+  rt::RankTimelines by_rank;
   ds::Schedule schedule;
   std::mutex mu;
   dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& t) {
@@ -609,11 +610,21 @@ TEST_CASE("a worker of several ranks reports its first rank's timeline, its slow
                                                                                 spec, train_options(2), opt, t);
     for (const auto& b : data) tr.step(b.view());
     auto all = tr.gather_timelines();
+    auto ranks = tr.gather_rank_timelines();
     const std::lock_guard lock(mu);
     own[static_cast<std::size_t>(t.rank())] = tr.timeline();
-    if (t.rank() == 0) gathered = std::move(all), schedule = tr.schedule();
+    if (t.rank() == 0) gathered = std::move(all), by_rank = std::move(ranks), schedule = tr.schedule();
   });
   REQUIRE(gathered.size() == 1);
+  // Every rank's own timeline, as it measured it.
+  REQUIRE(by_rank.size() == 1);
+  REQUIRE(by_rank[0].size() == 2);
+  for (std::size_t r = 0; r < 2; ++r)
+    for (std::size_t op = 0; op < schedule.ops.size(); ++op) {
+      CHECK(by_rank[0][r][op].start == own[r][op].start);
+      CHECK(by_rank[0][r][op].end == own[r][op].end);
+      CHECK(by_rank[0][r][op].cpu == own[r][op].cpu);
+    }
   int compute = 0;
   for (std::size_t op = 0; op < schedule.ops.size(); ++op) {
     if (ds::is_comm(schedule.ops[op].kind)) continue;

@@ -63,6 +63,7 @@
 #include <disagmoe/runtime/disaggregated_options.hpp>
 #include <disagmoe/runtime/parameter_wire.hpp>
 #include <disagmoe/runtime/rank_agreement.hpp>
+#include <disagmoe/runtime/rank_timelines.hpp>
 #include <disagmoe/runtime/worker_executor.hpp>
 #include <disagmoe/runtime/world_messages.hpp>
 #include <disagmoe/schedule/afpipe.hpp>
@@ -212,39 +213,29 @@ class DisaggregatedTrainer {
   [[nodiscard]] const std::vector<MeasuredOp>& timeline() const { return timeline_; }
   /// The lowered schedule of the last step.
   [[nodiscard]] const schedule::LoweredSchedule& lowered() const { return lowered_; }
-  /// Every worker's timeline of the last step (collective), indexed [worker][op]. A worker
-  /// of several ranks reports its first rank's, except that an all-to-all inside it starts
-  /// when its last rank enters it (until then the others wait for a peer that is still
-  /// computing: a bubble, not communication), and that a compute op's CPU time is its
-  /// slowest rank's (the worker goes on when all its ranks are done: an expert-parallel
-  /// rank with the busier experts sets the pace).
-  std::vector<std::vector<MeasuredOp>> gather_timelines() {
+  /// Every rank's timeline of the last step (collective), [worker][rank in worker][op],
+  /// as each rank measured it (rank_timelines.hpp).
+  RankTimelines gather_rank_timelines() {
     const auto all = comm::all_gather(world_, std::as_bytes(std::span(timeline_)), world_.max_tag(),
                                       comm::deadline_after(options_.executor.timeout), "timelines");
-    auto timeline_of = [&](int w, int i) {
-      const auto& bytes = all[static_cast<std::size_t>(world_rank(w, i))];
-      expect(bytes.size() == timeline_.size() * sizeof(MeasuredOp), "timeline bytes of worker " + std::to_string(w),
-             bytes.size(), "one entry per op on every worker");
-      std::vector<MeasuredOp> t(timeline_.size());
-      std::memcpy(t.data(), bytes.data(), bytes.size());
-      return t;
-    };
-    std::vector<std::vector<MeasuredOp>> out(static_cast<std::size_t>(ranks_.workers()));
+    RankTimelines out(static_cast<std::size_t>(ranks_.workers()));
     for (int w = 0; w < ranks_.workers(); ++w) {
-      auto& t = out[static_cast<std::size_t>(w)];
-      t = timeline_of(w, 0);
       const int members = w < p_ ? m_ranks_ : n_ranks_;
-      for (int i = 1; i < members; ++i) {
-        const auto other = timeline_of(w, i);
-        for (std::size_t op = 0; op < t.size(); ++op) {
-          if (schedule_.ops[op].kind == schedule::OpKind::kAllToAll && t[op].start >= 0 && other[op].start >= 0)
-            t[op].start = std::min(std::max(t[op].start, other[op].start), t[op].end);
-          t[op].cpu = std::max(t[op].cpu, other[op].cpu);
-        }
+      for (int i = 0; i < members; ++i) {
+        const auto& bytes = all[static_cast<std::size_t>(world_rank(w, i))];
+        expect(bytes.size() == timeline_.size() * sizeof(MeasuredOp), "timeline bytes of worker " + std::to_string(w),
+               bytes.size(), "one entry per op on every worker");
+        auto& t = out[static_cast<std::size_t>(w)].emplace_back(timeline_.size());
+        std::memcpy(t.data(), bytes.data(), bytes.size());
       }
     }
     return out;
   }
+  /// Every worker's timeline of the last step (collective), indexed [worker][op]: its
+  /// ranks' timelines merged as the simulator's calibration reads them (merged_timelines:
+  /// the first rank's, an all-to-all from its last rank's entry, each op's CPU time its
+  /// slowest rank's).
+  std::vector<std::vector<MeasuredOp>> gather_timelines() { return merged_timelines(schedule_, gather_rank_timelines()); }
   /// Collective: the token-expert rows the experts of every FFN rank (colocated: of every
   /// rank) computed in the last step's forward, routed and shared, [FFN worker][rank]: the
   /// expert-parallel load a placement and its replicas (DeepSeek's EPLB) balance.
