@@ -21,9 +21,10 @@
 // worker that computes longest: what lengthens the step; AF-Pipe's lighter side waiting
 // on a transfer while the busier one computes counts in the mean only). Last, where the
 // ranks' time goes (rank_timelines.hpp), for the worker whose ranks spend the most compute
-// time off their cores, mean over its ranks: "off core" (compute wall time beyond its CPU
-// time: waiting to be scheduled), "rank wait" (in all-to-alls, before the worker's last
-// rank enters) and "a2a tail" (in all-to-alls, after it entered).
+// time off their cores, mean over its ranks: "compute s" (its compute ops' wall time),
+// "off core" (of that, beyond their CPU time: waiting to be scheduled), "rank wait" (in
+// all-to-alls, before the worker's last rank enters) and "a2a tail" (in all-to-alls,
+// after it entered), beside "sim a2a" (the same worker's all-to-alls in the prediction).
 //
 //   bench_runtime [--model tiny|small] [--world 2,4] [--micro-batches N] [--micro-batch S]
 //                 [--steps N] [--comm-share F] [--latency S]
@@ -45,6 +46,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -102,15 +104,18 @@ double colocated_step(const dm::ModelSpec& spec, const rt::TrainOptions& t, cons
 
 struct Result {
   double step = 0, schedule = 0, exposed = 0, predicted_step = 0, predicted_exposed = 0, bottleneck = 0,
-         predicted_bottleneck = 0, comm_cpu = 0, off_core = 0, rank_wait = 0, a2a_tail = 0;
+         predicted_bottleneck = 0, comm_cpu = 0, compute = 0, off_core = 0, rank_wait = 0,
+         a2a_tail = 0, simulated_a2a = 0;
 };
 
-/// The RankTime (mean over its ranks) of the worker whose ranks spend the most compute
-/// time off their cores.
-rt::RankTime busiest_off_core(const std::vector<std::vector<rt::RankTime>>& times) {
+/// The worker whose ranks spend the most compute time off their cores, and its RankTime
+/// (mean over its ranks).
+std::pair<int, rt::RankTime> busiest_off_core(const std::vector<std::vector<rt::RankTime>>& times) {
   rt::RankTime best;
+  int at = 0;
   double worst = -1;
-  for (const auto& w : times) {
+  for (std::size_t k = 0; k < times.size(); ++k) {
+    const auto& w = times[k];
     rt::RankTime mean;
     for (const auto& r : w) {
       mean.compute_wall += r.compute_wall / static_cast<double>(w.size());
@@ -118,9 +123,18 @@ rt::RankTime busiest_off_core(const std::vector<std::vector<rt::RankTime>>& time
       mean.wait_for_ranks += r.wait_for_ranks / static_cast<double>(w.size());
       mean.after_last_entry += r.after_last_entry / static_cast<double>(w.size());
     }
-    if (mean.off_core() > worst) worst = mean.off_core(), best = mean;
+    if (mean.off_core() > worst) worst = mean.off_core(), best = mean, at = static_cast<int>(k);
   }
-  return best;
+  return {at, best};
+}
+
+/// Seconds worker `w`'s all-to-alls take in simulation `r` of `s`.
+double all_to_all_seconds(const dm::schedule::Schedule& s, const dm::schedule::SimResult& r, int w) {
+  double total = 0;
+  for (std::size_t i = 0; i < s.ops.size(); ++i)
+    if (s.ops[i].kind == dm::schedule::OpKind::kAllToAll && s.ops[i].worker == w && r.timings[i].start >= 0)
+      total += r.timings[i].end - r.timings[i].start;
+  return total;
 }
 
 /// Median measured and predicted figures of a run under `opt` on loopback workers over
@@ -128,7 +142,7 @@ rt::RankTime busiest_off_core(const std::vector<std::vector<rt::RankTime>>& time
 Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& data, const rt::DisaggregatedOptions& opt,
            const dm::host::NetworkConfig& net) {
   dm::host::LoopbackWorld world(rt::world_size(opt), net);
-  std::vector<double> steps, span, exposed, pstep, pexposed, bneck, pbneck, ccpu, off, wait, tail;
+  std::vector<double> steps, span, exposed, pstep, pexposed, bneck, pbneck, ccpu, comp, off, wait, tail, sa2a;
   dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& tp) {
     rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(Attention(spec, {}), Experts(spec, {}),
                                                                                 spec, t, opt, tp);
@@ -139,7 +153,8 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       const auto ranks = tr.gather_rank_timelines();
       if (tp.rank() != 0 || s == 0) continue;
       const auto timelines = rt::merged_timelines(tr.schedule(), ranks);
-      const rt::RankTime where = busiest_off_core(rt::rank_times(tr.schedule(), ranks));
+      const auto [worker, where] = busiest_off_core(rt::rank_times(tr.schedule(), ranks));
+      comp.push_back(where.compute_wall);
       off.push_back(where.off_core());
       wait.push_back(where.wait_for_ranks);
       tail.push_back(where.after_last_entry);
@@ -147,6 +162,7 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       const auto cal =
           rt::calibrated(tr.schedule(), measured, timelines, static_cast<int>(std::thread::hardware_concurrency()));
       const auto sim = dm::schedule::simulate(cal);
+      sa2a.push_back(all_to_all_seconds(cal, sim, worker));
       steps.push_back(secs);
       span.push_back(measured.step_seconds);
       exposed.push_back(rt::exposed_comm_seconds(tr.schedule(), measured));
@@ -158,8 +174,9 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       ccpu.push_back(cal.network.comm_sm_fraction);
     }
   });
-  return {median(steps), median(span),   median(exposed), median(pstep), median(pexposed), median(bneck),
-          median(pbneck), median(ccpu), median(off),     median(wait),  median(tail)};
+  return {median(steps),  median(span), median(exposed), median(pstep), median(pexposed), median(bneck),
+          median(pbneck), median(ccpu), median(comp),    median(off),   median(wait),     median(tail),
+          median(sa2a)};
 }
 
 /// Bytes a rank of the busiest worker of one step under `opt` sends to other ranks (an
@@ -281,9 +298,10 @@ int main(int argc, char** argv) {
       net.latency = o.latency;
       std::printf("\n%d ranks, emulated NIC %.1f MB/s per rank, latency %.0f us (1F1B-EP p=1 without network: %.4f s)\n",
                   w, bw / 1e6, o.latency * 1e6, compute);
-      std::printf("%-22s %8s %10s %10s %7s %10s %10s %8s %9s %10s %10s %9s %9s %8s %8s %9s %8s\n", "schedule",
-                  "step s", "schedule s", "predicted", "err %", "exposed s", "predicted", "share %", "exp/1f1b",
-                  "bottleneck", "predicted", "bn/1f1b", "speedup", "comm cpu", "off core", "rank wait", "a2a tail");
+      std::printf("%-22s %8s %10s %10s %7s %10s %10s %8s %9s %10s %10s %9s %9s %8s %9s %8s %9s %8s %8s\n",
+                  "schedule", "step s", "schedule s", "predicted", "err %", "exposed s", "predicted", "share %",
+                  "exp/1f1b", "bottleneck", "predicted", "bn/1f1b", "speedup", "comm cpu", "compute s", "off core",
+                  "rank wait", "a2a tail", "sim a2a");
       auto vs = variants(w, spec.layers, o.micro_batches);
       std::vector<Result> rs;
       const Result* ref = nullptr;  // the first 1F1B-EP row
@@ -297,12 +315,12 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < vs.size(); ++i) {
         const Result& r = rs[i];
         std::printf(
-            "%-22s %8.4f %10.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %10.4f %10.4f %8.2fx %8.2fx %8.2f %8.4f %9.4f "
-            "%8.4f\n",
+            "%-22s %8.4f %10.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %10.4f %10.4f %8.2fx %8.2fx %8.2f %9.4f %8.4f "
+            "%9.4f %8.4f %8.4f\n",
             vs[i].name.c_str(), r.step, r.schedule, r.predicted_step, 100 * (r.predicted_step - r.schedule) / r.schedule,
             r.exposed, r.predicted_exposed, 100 * r.exposed / r.step, r.exposed / ref->exposed, r.bottleneck,
-            r.predicted_bottleneck, r.bottleneck / ref->bottleneck, ref->step / r.step, r.comm_cpu, r.off_core,
-            r.rank_wait, r.a2a_tail);
+            r.predicted_bottleneck, r.bottleneck / ref->bottleneck, ref->step / r.step, r.comm_cpu, r.compute,
+            r.off_core, r.rank_wait, r.a2a_tail, r.simulated_a2a);
       }
     }
     return 0;

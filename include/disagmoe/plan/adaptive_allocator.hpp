@@ -96,12 +96,8 @@ class AdaptiveAllocator {
   template <step_time_oracle O>
   [[nodiscard]] Plan refine(const Plan& p, const O& oracle, const SearchOptions& search) const {
     const SearchResult r = local_search(model_, oracle, p.allocation, search);
-    SearchResult first;
-    first.seed = p.seed;
-    first.seed_step_seconds = p.seed_step_seconds;
-    first.best_step_seconds = p.step_seconds;
-    first.evaluations = p.evaluations;
-    first.budget_exhausted = p.budget_exhausted;
+    const SearchResult first{p.seed, p.seed_step_seconds, p.allocation, p.step_seconds, p.evaluations,
+                             p.budget_exhausted};
     Plan q = make_plan(model_, r.best, first, p.seed_bound_seconds, p.milp_nodes);
     q.refinement = {true, p.allocation, r.seed_step_seconds, r.best_step_seconds, r.evaluations, r.budget_exhausted};
     return q;
