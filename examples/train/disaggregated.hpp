@@ -97,6 +97,7 @@ struct RunOutcome {
   int moves_applied = 0;                              // trainers rebuilt on a new placement
   std::vector<int> expert_rank;                       // the placement the last step ran on
   double predicted_step_seconds = 0, simulated_exposed_comm_seconds = 0, simulated_bottleneck_exposed_comm_seconds = 0;
+  std::vector<std::vector<rt::RankTime>> rank_times;  // the last step's, [worker][rank in worker]
   bool rank0 = true;
   int ranks = 0;
 };
@@ -411,6 +412,7 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     const auto sim = schedule::simulate(cal);
     const auto sim_run = io::simulated_run(cal, sim, "simulated");
     out.predicted_step_seconds = sim.step_seconds;
+    out.rank_times = rt::rank_times(owned->schedule(), last_rank_timelines);
     out.simulated_exposed_comm_seconds = rt::exposed_comm_seconds(cal, sim_run);
     out.simulated_bottleneck_exposed_comm_seconds = rt::bottleneck_exposed_comm_seconds(cal, sim_run);
     if (!trace.empty()) {  // measured and simulated side by side, then each rank of a worker of several

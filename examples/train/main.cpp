@@ -452,6 +452,16 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
              {"bottleneck_exposed_comm_seconds", mean(out.bottleneck_exposed_comm_seconds)},
              {"predicted_bottleneck_exposed_comm_seconds", out.simulated_bottleneck_exposed_comm_seconds},
              {"expert_rows_max_over_mean", mean(out.expert_rows_max_over_mean)}};
+    // Where each rank's last step went (runtime/rank_timelines.hpp), [worker][rank].
+    json rank_times = json::array();
+    for (const auto& worker : out.rank_times) {
+      json ranks = json::array();
+      for (const auto& r : worker)
+        ranks.push_back({{"compute_seconds", r.compute_wall}, {"off_core_seconds", r.off_core()},
+                         {"rank_wait_seconds", r.wait_for_ranks}, {"all_to_all_tail_seconds", r.after_last_entry}});
+      rank_times.push_back(std::move(ranks));
+    }
+    dis["rank_times"] = std::move(rank_times);
     if (placement) dis["placement"] = *placement;
     if (replicas) dis["replicas"] = *replicas;
     if (a.d.replace_every > 0) {
