@@ -15,6 +15,7 @@
 
 #include "../common/cli_main.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -53,15 +54,24 @@ void print_table(const plan::AdaptiveAllocator& allocator, const plan::Plan& p) 
               p.step_seconds, p.evaluations, p.gain());
   if (const plan::Refinement& r = p.refinement; r.ran) {
     const plan::AnalyticModel& model = allocator.model();
-    std::printf("simulated: the analytic choice (%s) runs %.3f s; ", model.describe_allocation(r.from).c_str(),
-                r.from_step_seconds);
-    if (p.allocation == r.from)
-      std::printf("no neighbour runs faster (%ld simulations%s)\n", r.evaluations,
-                  r.budget_exhausted ? ", budget spent" : "");
+    const auto secs = [](double t) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.3f s", t);
+      return std::isfinite(t) ? std::string(b) : std::string("cannot run");
+    };
+    const char* plural = r.evaluations == 1 ? "" : "s";
+    std::printf("simulated: the analytic choice (%s): %s; ", model.describe_allocation(r.from).c_str(),
+                secs(r.from_step_seconds).c_str());
+    if (!(p.allocation == r.from))
+      std::printf("moved to %s: %s after %ld simulation%s (gain %.3fx%s)\n",
+                  model.describe_allocation(p.allocation).c_str(), secs(r.step_seconds).c_str(), r.evaluations, plural,
+                  r.gain(), r.budget_exhausted ? ", budget spent" : "");
+    else if (r.budget_exhausted)
+      std::printf("no faster allocation found within %ld simulation%s (budget spent)\n", r.evaluations, plural);
     else
-      std::printf("moved to %s: %.3f s after %ld simulations (gain %.3fx%s)\n",
-                  model.describe_allocation(p.allocation).c_str(), r.step_seconds, r.evaluations, r.gain(),
-                  r.budget_exhausted ? ", budget spent" : "");
+      std::printf("no neighbour runs faster (%ld simulation%s)\n", r.evaluations, plural);
+  } else if (!r.skipped.empty()) {
+    std::printf("simulated: not refined: %s\n", r.skipped.c_str());
   }
   std::printf("%s\n", p.explanation().c_str());
   std::printf("idle GPUs %d; binding constraint (%s): %s\n", p.idle_gpus, p.binding.kind.c_str(),
@@ -106,7 +116,7 @@ int main(int argc, char** argv) {
   std::string model_arg, cluster_arg, svg_path;
   int seq_len = 0, micro_batch = 0, global_batch = 0;
   bool json = false, rdma_m2n = false, no_recommend = false;
-  long refine_evaluations = schedule::kRefineEvaluations;
+  long refine_evaluations = 0;
   double sm_fraction = 0;
   app.add_option("--model", model_arg, "a model preset name or a JSON file")->required();
   app.add_option("--cluster", cluster_arg, "a cluster preset, NAME:NODES, or a JSON file")->required();
@@ -119,7 +129,8 @@ int main(int argc, char** argv) {
   app.add_flag("--rdma-m2n", rdma_m2n, "M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction)");
   app.add_option("--refine-evaluations", refine_evaluations,
                  "simulations the search by simulation from the analytic choice may run (0: the analytic plan; "
-                 "default " + std::to_string(schedule::kRefineEvaluations) + ")");
+                 "default: as many as " + std::to_string(static_cast<long>(schedule::kRefineOps)) +
+                     " simulated ops allow, at most " + std::to_string(schedule::kRefineEvaluations) + ")");
   app.add_flag("--no-recommend", no_recommend,
                "skip simulating AF-Pipe's plan against the colocated schedules (no recommendation)");
   app.add_flag("--json", json, "print one JSON object instead of the table");
@@ -147,9 +158,18 @@ int main(int argc, char** argv) {
     o.global_batch = global_batch;
     o.m2n_uses_sms = !rdma_m2n;
     const plan::AdaptiveAllocator allocator(m, c, o);
-    expect_in("--refine-evaluations", refine_evaluations, 0L, 1000000L);
-    const plan::Plan p =
-        schedule::simulated_plan(allocator, refine_evaluations, {"--global-batch", "--global-batch", "--chunks"});
+    std::optional<long> refine;
+    if (app.count("--refine-evaluations")) {
+      expect_in("--refine-evaluations", refine_evaluations, 0L, 1000000L);
+      refine = refine_evaluations;
+    }
+    if (!no_recommend)  // before any simulation: the heaviest timeline the recommendation builds
+      schedule::expect_timeline_fits(
+          schedule::ChunkedOverlap::kName, allocator.model().model(),
+          schedule::cost_options(allocator.model().options(), allocator.model().model(), plan::Allocation{}),
+          schedule::PolicyKnobs{}.chunks,
+          {"--global-batch", "--global-batch", "chunks of the chunked baseline (--no-recommend skips it)"});
+    const plan::Plan p = schedule::simulated_plan(allocator, refine, {"--global-batch", "--global-batch", "--chunks"});
     if (!svg_path.empty()) {
       std::ofstream out(svg_path);
       expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
@@ -159,15 +179,7 @@ int main(int argc, char** argv) {
       expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
     }
     std::optional<schedule::Recommendation> rec;
-    if (!no_recommend) {
-      // The heaviest simulated timeline (the chunked schedule's) costed before any is
-      // built, so that an oversized batch names the option that sets it.
-      schedule::expect_timeline_fits(
-          schedule::ChunkedOverlap::kName, allocator.model().model(),
-          schedule::cost_options(allocator.model().options(), allocator.model().model(), p.allocation),
-          schedule::PolicyKnobs{}.chunks, {"--global-batch", "--global-batch", "--chunks"});
-      rec = schedule::recommend(allocator.model(), p.allocation);
-    }
+    if (!no_recommend) rec = schedule::recommend(allocator.model(), p.allocation);
     if (json) {
       io::Json j = plan::to_json(p);
       if (rec) j["recommendation"] = recommendation_json(*rec);

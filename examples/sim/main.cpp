@@ -36,13 +36,13 @@ namespace {
 // The planner's allocation (plan::AdaptiveAllocator: MILP seed + local search, then the
 // search by simulation, as disagmoe-plan makes it) under the options this run simulates
 // with (batch, deduplication, M2N transport). The search by simulation runs the
-// planner's micro-batches and ping-pong group, so `refine` is false when this run
-// sets its own.
+// planner's micro-batches and ping-pong group without the embedding and head, so
+// `refine` is false when this run sets its own or schedules them.
 disagmoe::plan::Allocation planned_allocation(const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c,
                                               const ds::CostOptions& cost, const ds::PolicyKnobs& knobs,
                                               bool refine) {
   const disagmoe::plan::AdaptiveAllocator allocator(m, c, ds::plan_options(cost, knobs));
-  return ds::simulated_plan(allocator, refine ? ds::kRefineEvaluations : 0).allocation;
+  return ds::simulated_plan(allocator, refine ? std::nullopt : std::optional<long>(0)).allocation;
 }
 
 // Idle seconds by what the worker waits for (schedule/idle_causes.hpp).
@@ -262,11 +262,12 @@ int main(int argc, char** argv) {
     bool planned_recompute = false;
     if (!af && !search_layout && af_mode) {
       try {
-        const bool planners_run = micro_batches == 0 && knobs.af_group_size == 0;
+        const bool planners_run = micro_batches == 0 && knobs.af_group_size == 0 && !cost.embedding_head;
         const auto pa = planned_allocation(m, c, cost, knobs, planners_run);
         if (!planners_run)
           notes.push_back("the planner's allocation is its analytic choice, not refined by simulation "
-                          "(--micro-batches or --af-group-size differ from the planner's)");
+                          "(it simulates its own micro-batches and ping-pong group, without the embedding and "
+                          "head: --micro-batches, --af-group-size and --embedding-head set them here)");
         planned = ds::af_layout(pa);
         if (pa.recompute) planned_recompute = true;
         knobs.af_fuse = pa.fuse;

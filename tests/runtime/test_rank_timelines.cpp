@@ -100,4 +100,7 @@ TEST_CASE("rank_runs: one trace run per rank index, each rank's own times; none 
     CHECK(e.start == (e.op == 0 ? 0 : 3.5));
   }
   CHECK(rt::rank_runs(low, {{timelines()[0][0]}, timelines()[1]}).empty());
+  auto short_rank = timelines();
+  short_rank[0][1].resize(1);
+  CHECK_THROWS_AS((void)rt::rank_runs(low, short_rank), disagmoe::ConfigError);
 }

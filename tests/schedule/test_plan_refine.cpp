@@ -11,7 +11,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <limits>
 
 namespace ds = disagmoe::schedule;
@@ -19,15 +21,20 @@ namespace dp = disagmoe::plan;
 
 namespace {
 
-// GPT-OSS-120B at 16K on 16 nodes: one pair of groups, where the analytic model is
-// about 20% optimistic and the simulator prefers a neighbour of its choice (bench/RESULTS.md,
-// issue 15). A simulation costs ~1 ms here.
-dp::AdaptiveAllocator gpt_oss_16k(bool kernels = true) {
-  disagmoe::ModelSpec m = disagmoe::model_preset("gpt-oss-120b");
-  m.seq_len = 16384;
+// `model` at `seq` tokens on `cluster`, kernel or RDMA M2N.
+dp::AdaptiveAllocator allocator_of(const char* model, int seq, const char* cluster, bool kernels = true) {
+  disagmoe::ModelSpec m = disagmoe::model_preset(model);
+  m.seq_len = seq;
   dp::PlanOptions o;
   o.m2n_uses_sms = kernels;
-  return dp::AdaptiveAllocator(m, disagmoe::cluster_preset("h800x128"), o);
+  return dp::AdaptiveAllocator(m, disagmoe::cluster_preset(cluster), o);
+}
+
+// DeepSeek-MoE-16B at 16K on 16 nodes: one pair of groups, where the analytic model is
+// about 30% optimistic and the simulator prefers a neighbour of its choice (bench/RESULTS.md,
+// issue 15). A simulation costs ~1 ms here.
+dp::AdaptiveAllocator deepseek_16k(bool kernels = true) {
+  return allocator_of("deepseek-moe-16b", 16384, "h800x128", kernels);
 }
 
 // The simulator's AF-Pipe step on allocation `x`, through simulate_best (the path of
@@ -47,7 +54,7 @@ struct NowhereOracle {
 TEST_CASE("search by simulation: the simulator's step on the plan's allocation, no worse, a local optimum") {
   for (bool kernels : {true, false}) {
     INFO((kernels ? "kernel M2N" : "RDMA M2N"));
-    const dp::AdaptiveAllocator allocator = gpt_oss_16k(kernels);
+    const dp::AdaptiveAllocator allocator = deepseek_16k(kernels);
     const dp::AnalyticModel& model = allocator.model();
     const dp::Plan analytic = allocator.plan();
     const dp::Plan p = ds::simulated_plan(allocator);
@@ -64,9 +71,11 @@ TEST_CASE("search by simulation: the simulator's step on the plan's allocation, 
     REQUIRE_FALSE(r.budget_exhausted);
     for (const dp::Allocation& y : dp::neighbours(model, p.allocation)) {
       INFO(model.describe_allocation(y));
-      CHECK(ds::SimulatedStepTime(model.model(), model.cluster(), model.options()).step_seconds(y) >=
-            r.step_seconds);
+      CHECK(ds::FittingSimulatedStepTime(model).step_seconds(y) >= r.step_seconds);
     }
+    // It keeps the planner's memory limit, and stays within the default budget.
+    CHECK(p.predicted.fits());
+    CHECK(r.evaluations <= ds::kRefineEvaluations);
     // What derives from the allocation follows it; the first search's record stays.
     CHECK(p.predicted.step_seconds == model.estimate(p.allocation).step_seconds);
     CHECK(p.attention_group_size == model.group_size(p.allocation.groups, p.allocation.attention_gpus_per_node));
@@ -79,7 +88,7 @@ TEST_CASE("search by simulation: the simulator's step on the plan's allocation, 
 }
 
 TEST_CASE("search by simulation: budget, off, bad budget, an oracle that cannot run") {
-  const dp::AdaptiveAllocator allocator = gpt_oss_16k();
+  const dp::AdaptiveAllocator allocator = deepseek_16k();
   const dp::Plan analytic = allocator.plan();
   SUBCASE("one simulation: the analytic choice, measured, kept") {
     const dp::Plan p = ds::simulated_plan(allocator, 1);
@@ -109,7 +118,7 @@ TEST_CASE("search by simulation: budget, off, bad budget, an oracle that cannot 
 }
 
 TEST_CASE("a refined plan's JSON: the refinement, and the refined allocation read back") {
-  const dp::AdaptiveAllocator allocator = gpt_oss_16k();
+  const dp::AdaptiveAllocator allocator = deepseek_16k();
   const dp::Plan p = ds::simulated_plan(allocator);
   const auto j = dp::to_json(p);
   const auto& r = j.at("refinement");
@@ -119,4 +128,43 @@ TEST_CASE("a refined plan's JSON: the refinement, and the refined allocation rea
   CHECK(r.at("from").at("attention_gpus_per_node").get<int>() == p.refinement.from.attention_gpus_per_node);
   const dp::AnalyticModel& model = allocator.model();
   CHECK(dp::allocation_from_json(j, model.model(), model.cluster()) == p.allocation);
+}
+
+TEST_CASE("search by simulation keeps the planner's memory limit, which the simulator alone would cross") {
+  // DeepSeek-MoE-16B at 64K on one H100 node: the simulator's peak memory is below the
+  // planner's bound, so a search on simulated step times alone leaves the planner's limit.
+  const dp::AdaptiveAllocator allocator = allocator_of("deepseek-moe-16b", 65536, "h100");
+  const dp::AnalyticModel& model = allocator.model();
+  const dp::Plan analytic = allocator.plan();
+  REQUIRE(analytic.predicted.fits());
+  const dp::Plan unguarded =
+      allocator.refine(analytic, ds::SimulatedStepTime(model.model(), model.cluster(), model.options()), {100});
+  CHECK_FALSE(unguarded.predicted.fits());
+  const dp::Plan p = ds::simulated_plan(allocator);
+  CHECK(p.predicted.fits());
+  CHECK(p.refinement.ran);
+}
+
+TEST_CASE("search by simulation: the default budget is simulated ops; a plan too big to simulate is not refined") {
+  const dp::AdaptiveAllocator allocator = deepseek_16k();
+  const dp::AnalyticModel& model = allocator.model();
+  const dp::Plan analytic = allocator.plan();
+  const auto ops = ds::timeline_cost(ds::AFPipe::kName, model.model(),
+                                     ds::cost_options(model.options(), model.model(), analytic.allocation))
+                       .ops;
+  REQUIRE(ops > 0);
+  const long budget = std::clamp<long>(static_cast<long>(ds::kRefineOps / static_cast<double>(ops)), 1,
+                                       ds::kRefineEvaluations);
+  CHECK(ds::simulated_plan(allocator).refinement.evaluations <= budget);
+  // Below one simulation's ops: the analytic plan, with the reason; asked for explicitly: an error.
+  const auto saved = disagmoe::limits().max_ops;
+  disagmoe::limits().max_ops = ops - 1;
+  const dp::Plan p = ds::simulated_plan(allocator);
+  const std::string skipped = p.refinement.skipped;
+  CHECK_THROWS_AS((void)ds::simulated_plan(allocator, 5), disagmoe::ConfigError);
+  disagmoe::limits().max_ops = saved;
+  CHECK_FALSE(p.refinement.ran);
+  CHECK(p.allocation == analytic.allocation);
+  CHECK(skipped.find(std::to_string(ops) + " ops") != std::string::npos);
+  CHECK(dp::to_json(p).at("refinement").at("skipped").get<std::string>() == skipped);
 }

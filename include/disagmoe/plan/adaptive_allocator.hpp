@@ -99,7 +99,7 @@ class AdaptiveAllocator {
     const SearchResult first{p.seed, p.seed_step_seconds, p.allocation, p.step_seconds, p.evaluations,
                              p.budget_exhausted};
     Plan q = make_plan(model_, r.best, first, p.seed_bound_seconds, p.milp_nodes);
-    q.refinement = {true, p.allocation, r.seed_step_seconds, r.best_step_seconds, r.evaluations, r.budget_exhausted};
+    q.refinement = {true, p.allocation, r.seed_step_seconds, r.best_step_seconds, r.evaluations, r.budget_exhausted, {}};
     return q;
   }
 

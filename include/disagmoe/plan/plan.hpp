@@ -29,6 +29,7 @@ struct Refinement {
   double step_seconds = 0;        ///< second oracle at the plan's allocation
   long evaluations = 0;           ///< second-oracle calls
   bool budget_exhausted = false;  ///< stopped by its evaluation budget, not a local optimum
+  std::string skipped;            ///< why no second search ran where one was asked for, else ""
   /// from_step_seconds / step_seconds (>= 1; 1 when `from` is locally optimal).
   [[nodiscard]] double gain() const { return step_seconds > 0 ? from_step_seconds / step_seconds : 1.0; }
 };

@@ -8,7 +8,8 @@
 /// attention.{intensity, turning_point, ceiling, bandwidth, achieved}, ffn.{…}},
 /// search.{seed_step_seconds, evaluations, gain, seed, milp_nodes, budget_exhausted},
 /// refinement.{from, from_step_seconds, step_seconds, evaluations, gain, budget_exhausted}
-/// (only when refined; step times are null where the second oracle cannot run),
+/// (only when refined; step times are null where the second oracle cannot run; only
+/// refinement.skipped where a refinement was asked for and could not run),
 /// idle_gpus, binding.{kind, text}; disagmoe-plan adds recommendation (schedule/recommend.hpp).
 /// `allocation_from_json` reads such a plan back, strictly.
 #pragma once
@@ -103,6 +104,8 @@ inline io::Json to_json(const Plan& p) {
                        {"evaluations", r.evaluations},
                        {"gain", seconds(r.gain())},
                        {"budget_exhausted", r.budget_exhausted}};
+  } else if (!r.skipped.empty()) {
+    j["refinement"] = {{"skipped", r.skipped}};
   }
   j["explanation"] = p.explanation();
   j["idle_gpus"] = p.idle_gpus;

@@ -77,7 +77,10 @@ inline std::vector<io::TraceRun> rank_runs(const schedule::LoweredSchedule& low,
       if (r >= ranks_of.size()) continue;
       for (int k = 0; k < schedule::kStreams; ++k)
         for (const auto& task : prog.streams[static_cast<std::size_t>(k)]) {
-          const MeasuredOp& m = ranks_of[r].at(static_cast<std::size_t>(task.op));
+          expect(static_cast<std::size_t>(task.op) < ranks_of[r].size(),
+                 "timeline of worker " + std::to_string(prog.worker) + " rank " + std::to_string(r),
+                 ranks_of[r].size(), "an entry for op " + std::to_string(task.op) + " of the lowered schedule");
+          const MeasuredOp& m = ranks_of[r][static_cast<std::size_t>(task.op)];
           if (m.start < 0 || m.end < 0) continue;
           run.events.push_back({prog.worker, task.op, static_cast<schedule::Stream>(k), m.start, m.end,
                                 task.kind == schedule::TaskKind::kRecv});

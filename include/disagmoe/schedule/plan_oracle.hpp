@@ -14,7 +14,12 @@
 #include <disagmoe/plan/step_time_oracle.hpp>
 #include <disagmoe/schedule/schedules.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
 #include <utility>
 
 namespace disagmoe::schedule {
@@ -123,25 +128,66 @@ class SimulatedStepTime {
 
 static_assert(plan::step_time_oracle<SimulatedStepTime>);
 
-/// Simulations a plan's refinement runs at most by default (disagmoe-plan
-/// --refine-evaluations): a local optimum takes 10–70 on the bench grid.
+/// Simulations a plan's refinement runs at most by default: a local optimum takes 10–70
+/// on the bench grid.
 inline constexpr long kRefineEvaluations = 100;
 
+/// Simulated ops a plan's default refinement spends at most, all simulations together
+/// (about 2–10 s on the 2-core VM of bench/RESULTS.md, where large timelines simulate at
+/// about 1 M ops/s with their construction).
+inline constexpr double kRefineOps = 1e7;
+
+/// The simulator as the refinement's oracle, restricted to allocations that fit the
+/// planner's memory model: the simulator's peak memory is lower than the planner's
+/// bound, and a plan must keep the limit its own memory figures state.
+class FittingSimulatedStepTime {
+ public:
+  using oracle_concept = plan::step_time_oracle_tag;
+  explicit FittingSimulatedStepTime(const plan::AnalyticModel& model)
+      : model_(&model), sim_(model.model(), model.cluster(), model.options()) {}
+  /// Simulated step seconds of `a`; +inf where the planner's memory model says it does not fit.
+  [[nodiscard]] double step_seconds(const plan::Allocation& a) const {
+    return model_->estimate(a).fits() ? sim_.step_seconds(a) : std::numeric_limits<double>::infinity();
+  }
+
+ private:
+  const plan::AnalyticModel* model_;  // not owned
+  SimulatedStepTime sim_;
+};
+
+static_assert(plan::step_time_oracle<FittingSimulatedStepTime>);
+
 /// The planner's plan, checked and refined by simulation: the analytic search's choice
-/// (MILP seed + local search) is the start of a second local search whose oracle is
-/// SimulatedStepTime, at most `evaluations` simulations (0: the analytic plan as is).
-/// Where few micro-batches circulate (p <= 4) the analytic model is 10–37% optimistic
-/// and the simulator often prefers a neighbour (bench/RESULTS.md, issue 15). Each
-/// simulation must fit the work and memory budgets (expect_timeline_fits, its errors
-/// naming `fields`).
-inline plan::Plan simulated_plan(const plan::AdaptiveAllocator& allocator, long evaluations = kRefineEvaluations,
+/// (MILP seed + local search) is the start of a second local search whose oracle is the
+/// simulator (FittingSimulatedStepTime). Where few micro-batches circulate (p <= 4) the
+/// analytic model is 10–37% optimistic and the simulator often prefers a neighbour
+/// (bench/RESULTS.md, issue 15).
+///  - `evaluations` given: at most that many simulations (0: the analytic plan as is);
+///    each must fit the work and memory budgets (expect_timeline_fits, its errors naming
+///    `fields`);
+///  - not given: as many as kRefineOps simulated ops allow at this plan's timeline size,
+///    at most kRefineEvaluations, and none, said in Refinement::skipped, when one
+///    simulation exceeds the budgets.
+inline plan::Plan simulated_plan(const plan::AdaptiveAllocator& allocator, std::optional<long> evaluations = {},
                                  const TimelineFields& fields = {}) {
-  expect(evaluations >= 0, "refine evaluations", evaluations, "a number of simulations >= 0");
+  if (evaluations) expect(*evaluations >= 0, "refine evaluations", *evaluations, "a number of simulations >= 0");
   plan::Plan p = allocator.plan();
-  if (evaluations == 0) return p;
+  if (evaluations == 0L) return p;
   const plan::AnalyticModel& m = allocator.model();
-  expect_timeline_fits(AFPipe::kName, m.model(), cost_options(m.options(), m.model(), p.allocation), 1, fields);
-  return allocator.refine(p, SimulatedStepTime(m.model(), m.cluster(), m.options()), {evaluations});
+  const CostOptions cost = cost_options(m.options(), m.model(), p.allocation);
+  if (evaluations) {
+    expect_timeline_fits(AFPipe::kName, m.model(), cost, 1, fields);
+  } else {
+    const TimelineCost t = timeline_cost(AFPipe::kName, m.model(), cost);
+    if (t.ops > limits().max_ops || t.bytes > static_cast<double>(limits().max_memory_bytes)) {
+      p.refinement.skipped = "one simulation of this plan (" + std::to_string(t.ops) +
+                             " ops) exceeds the work or memory budget (--max-ops, --max-memory)";
+      return p;
+    }
+    evaluations = std::clamp<long>(static_cast<long>(kRefineOps / static_cast<double>(std::max<std::int64_t>(1, t.ops))),
+                                   1, kRefineEvaluations);
+  }
+  return allocator.refine(p, FittingSimulatedStepTime(m), {*evaluations});
 }
 
 }  // namespace disagmoe::schedule
