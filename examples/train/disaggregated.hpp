@@ -322,8 +322,7 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
   if (lead && !in.quiet) bar.emplace(in.steps);
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<io::TraceRun> last_run;
-  std::vector<std::vector<rt::MeasuredOp>> last_timelines;
-  rt::RankTimelines last_rank_timelines;
+  rt::RankTimelines last_rank_timelines;  // every rank's timeline of the last step
   bool move = false;   // a refit moved experts: the next step runs on the new placement
   bool fresh = false;  // this step is a moved trainer's first: it also builds its schedule
   while (owned->steps() < in.steps) {
@@ -374,7 +373,6 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
       out.bottleneck_exposed_comm_seconds.push_back(rt::bottleneck_exposed_comm_seconds(owned->schedule(), run));
     }
     last_run = std::move(run);
-    last_timelines = timelines;
     last_rank_timelines = std::move(rank_timelines);
     out.tokens += static_cast<std::int64_t>(b.inputs.size());
     if (std::isnan(out.initial)) out.initial = st.loss;
@@ -408,7 +406,8 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
     const int cores = std::is_same_v<Transport, host::LoopbackTransport>
                           ? static_cast<int>(std::thread::hardware_concurrency())
                           : 0;
-    const auto cal = rt::calibrated(owned->schedule(), *last_run, last_timelines, cores);
+    const auto cal = rt::calibrated(owned->schedule(), *last_run,
+                                    rt::merged_timelines(owned->schedule(), last_rank_timelines), cores);
     const auto sim = schedule::simulate(cal);
     const auto sim_run = io::simulated_run(cal, sim, "simulated");
     out.predicted_step_seconds = sim.step_seconds;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The planner's search by simulation (AdaptiveAllocator::refine with SimulatedStepTime,
+// The planner's search by simulation (AdaptiveAllocator::refine with FittingSimulatedStepTime,
 // schedule::simulated_plan): its step is what the simulator says of the plan's own
 // allocation through disagmoe-sim --plan's path, it never loses to the analytic choice,
 // it stops at a local optimum of the simulator, everything derived from the allocation
@@ -13,8 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <limits>
+#include <string>
 
 namespace ds = disagmoe::schedule;
 namespace dp = disagmoe::plan;

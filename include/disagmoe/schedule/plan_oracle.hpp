@@ -179,7 +179,7 @@ inline plan::Plan simulated_plan(const plan::AdaptiveAllocator& allocator, std::
     expect_timeline_fits(AFPipe::kName, m.model(), cost, 1, fields);
   } else {
     const TimelineCost t = timeline_cost(AFPipe::kName, m.model(), cost);
-    if (t.ops > limits().max_ops || t.bytes > static_cast<double>(limits().max_memory_bytes)) {
+    if (!within_budgets(t)) {
       p.refinement.skipped = "one simulation of this plan (" + std::to_string(t.ops) +
                              " ops) exceeds the work or memory budget (--max-ops, --max-memory)";
       return p;

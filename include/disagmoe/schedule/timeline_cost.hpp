@@ -63,6 +63,12 @@ inline TimelineCost timeline_cost(std::string_view schedule, const ModelSpec& m,
   return t;
 }
 
+/// True when a timeline of cost `c` fits the work budget (limits().max_ops) and the
+/// memory budget (limits().max_memory_bytes).
+inline bool within_budgets(const TimelineCost& c) {
+  return c.ops <= limits().max_ops && c.bytes <= static_cast<double>(limits().max_memory_bytes);
+}
+
 /// The names expect_timeline_fits reports (a program passes its option names).
 struct TimelineFields {
   std::string_view global_batch = "global_batch";
@@ -76,11 +82,8 @@ struct TimelineFields {
 /// the global batch.
 inline void expect_timeline_fits(std::string_view schedule, const ModelSpec& m, const CostOptions& o, int chunks = 1,
                                  const TimelineFields& f = {}) {
-  const auto within = [](const TimelineCost& c) {
-    return c.ops <= limits().max_ops && c.bytes <= static_cast<double>(limits().max_memory_bytes);
-  };
   auto named = [&]() -> std::pair<std::string_view, long long> {
-    if (schedule == ChunkedOverlap::kName && chunks > 1 && within(timeline_cost(schedule, m, o, 1)))
+    if (schedule == ChunkedOverlap::kName && chunks > 1 && within_budgets(timeline_cost(schedule, m, o, 1)))
       return {f.chunks, chunks};
     if (o.micro_batches > 0) return {f.micro_batches, o.micro_batches};
     return {f.global_batch, global_batch_of(m, o)};
@@ -92,7 +95,7 @@ inline void expect_timeline_fits(std::string_view schedule, const ModelSpec& m, 
     const auto [field, value] = named();
     fail(field, value, "a size whose simulated timeline fits 64-bit op counts");
   }
-  if (within(c)) return;
+  if (within_budgets(c)) return;
   const auto [field, value] = named();
   const std::string what = "simulated timeline of " + std::string(schedule);
   expect_memory(field, value, c.bytes, what + " (" + std::to_string(c.ops) + " ops)");
