@@ -140,24 +140,84 @@ TEST_CASE("size mismatch is an IoError on both sides, never a truncation") {
   CHECK(small[0] == 0.0f);
 }
 
-TEST_CASE("NetworkModel reserves NICs first-come first-served (closed form)") {
+TEST_CASE("NetworkModel shares NICs among the flows in flight (closed form)") {
   using Clock = host::NetworkModel::Clock;
   host::NetworkConfig cfg;
   cfg.node_of_rank = {0, 0, 1, 2};
   cfg.nic_bandwidth = 1e9;   // 1 GB/s
-  cfg.link_bandwidth = 2e9;  // links faster than NICs: the NIC limits
+  cfg.link_bandwidth = 2e9;  // links faster than NICs: the NICs limit
   cfg.latency = 1e-6;
-  host::NetworkModel net(cfg, 4);
-  const auto t0 = Clock::time_point{} + std::chrono::seconds(100);
+  const auto t0 = Clock::now() + std::chrono::seconds(100);
+  auto at = [&](double us) { return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(us)); };
   auto us = [&](Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - t0).count(); };
-  // 1 MB from node 0 to node 1: 1000 us on the wire + 1 us latency.
-  CHECK(us(net.reserve(0, 2, 1'000'000, t0)) == doctest::Approx(1001.0));
-  // Rank 1 shares node 0's egress NIC: it queues behind the first message.
-  CHECK(us(net.reserve(1, 3, 1'000'000, t0)) == doctest::Approx(2001.0));
-  // Node 2 -> node 1 uses other NICs... but node 1's ingress is busy until 1000 us.
-  CHECK(us(net.reserve(3, 2, 500'000, t0)) == doctest::Approx(1501.0));
-  // Inside a node: no NIC, infinite intra-node bandwidth.
-  CHECK(us(net.reserve(0, 1, 1'000'000, t0)) == doctest::Approx(0.0));
+  // Delivery time of `f` (asked once every flow has finished).
+  auto delivered = [&](host::NetworkModel& net, host::NetworkModel::Flow f) {
+    const auto d = net.poll(f, at(1e6));
+    CHECK(d.delivered);
+    return us(d.at);
+  };
+  SUBCASE("one flow: bytes / NIC bandwidth + latency") {
+    host::NetworkModel net(cfg, 4);
+    const auto f = net.start(0, 2, 1'000'000, t0);
+    const auto d = net.poll(f, at(500));
+    CHECK_FALSE(d.delivered);
+    CHECK(us(d.at) == doctest::Approx(1001.0));
+    CHECK(delivered(net, f) == doctest::Approx(1001.0));
+  }
+  SUBCASE("two flows out of one node's egress share it and arrive together") {
+    host::NetworkModel net(cfg, 4);
+    const auto a = net.start(0, 2, 1'000'000, t0);  // node 0 -> node 1
+    const auto b = net.start(1, 3, 1'000'000, t0);  // node 0 -> node 2: same egress
+    CHECK(delivered(net, a) == doctest::Approx(2001.0));
+    CHECK(delivered(net, b) == doctest::Approx(2001.0));
+  }
+  SUBCASE("messages of one pair of ranks keep their order, one on the wire at a time") {
+    host::NetworkModel net(cfg, 4);
+    const auto first = net.start(0, 2, 1'000'000, t0);
+    const auto second = net.start(0, 2, 1'000'000, t0);
+    const auto d = net.poll(second, at(10));
+    CHECK_FALSE(d.delivered);
+    CHECK(us(d.at) == doctest::Approx(1000.0));  // when the first leaves the wire
+    CHECK(delivered(net, first) == doctest::Approx(1001.0));
+    CHECK(delivered(net, second) == doctest::Approx(2001.0));
+  }
+  SUBCASE("a flow speeds up when its neighbour finishes; a poll says when the rates change") {
+    host::NetworkModel net(cfg, 4);
+    const auto big = net.start(0, 2, 1'000'000, t0);
+    const auto small = net.start(1, 3, 500'000, t0);  // 0.5 MB at 0.5 GB/s: done at 1000 us
+    const auto d = net.poll(big, at(100));
+    CHECK_FALSE(d.delivered);
+    CHECK(us(d.at) == doctest::Approx(1000.0));        // the small flow's end, before its own 2001 us
+    CHECK(delivered(net, small) == doctest::Approx(1001.0));
+    CHECK(delivered(net, big) == doctest::Approx(1501.0));  // then 0.5 MB alone at 1 GB/s
+  }
+  SUBCASE("a later flow into a busy ingress slows the first from its start on") {
+    host::NetworkModel net(cfg, 4);
+    const auto first = net.start(0, 2, 1'000'000, t0);       // node 0 -> node 1
+    const auto second = net.start(3, 2, 1'000'000, at(500));  // node 2 -> node 1 at 500 us
+    // 0.5 MB left at 500 us, then both at 0.5 GB/s: first done at 1500 us; second has
+    // 0.5 MB left then and runs alone.
+    CHECK(delivered(net, first) == doctest::Approx(1501.0));
+    CHECK(delivered(net, second) == doctest::Approx(2001.0));
+  }
+  SUBCASE("a link slower than the NICs limits; inside a node no NIC is used") {
+    cfg.link_bandwidth = 0.25e9;
+    host::NetworkModel net(cfg, 4);
+    const auto f = net.start(0, 2, 1'000'000, t0);
+    const auto local = net.start(0, 1, 1'000'000, t0);  // infinite intra-node bandwidth
+    CHECK(delivered(net, f) == doctest::Approx(4001.0));
+    CHECK(delivered(net, local) == doctest::Approx(0.0));
+  }
+  SUBCASE("released slots are reused only after both ends released them") {
+    host::NetworkModel net(cfg, 4);
+    const auto f = net.start(0, 2, 1000, t0);
+    net.release(f);
+    const auto g = net.start(0, 2, 1000, t0);
+    CHECK(g != f);
+    net.release(f);
+    (void)net.poll(g, at(1e6));
+    CHECK(net.start(0, 2, 1000, at(1e6)) == f);
+  }
   CHECK_THROWS_AS(host::NetworkModel(host::NetworkConfig{{0, 1}, -1, 0, 0, 0, 0}, 2), ConfigError);
   CHECK_THROWS_AS(host::NetworkModel(host::NetworkConfig{{0}, 0, 0, 0, 0, 0}, 2), ConfigError);
 }

@@ -511,7 +511,8 @@ TEST_CASE("calibration recovers a per-transfer software overhead the network mod
       REQUIRE(late > 0);
       CHECK(rt::comm_overhead_seconds(s, run) == doctest::Approx(overhead).epsilon(1e-6));
       const auto cal = rt::calibrated(s, run);
-      CHECK(cal.network.nic_latency == doctest::Approx(s.network.nic_latency + overhead).epsilon(1e-6));
+      for (std::size_t i = 0; i < s.ops.size(); ++i)
+        if (rt::is_worker_transfer(s.ops[i].kind)) CHECK(cal.ops[i].seconds == doctest::Approx(overhead).epsilon(1e-6));
       CHECK(ds::simulate(cal).step_seconds == doctest::Approx(truth_sim.step_seconds).epsilon(1e-6));
     }
   // Nothing but compute: no overhead to find. Four workers on one shared host core run
@@ -531,6 +532,36 @@ TEST_CASE("calibration recovers a per-transfer software overhead the network mod
   for (const auto& e : disagmoe::io::simulated_run(s, ds::simulate(s)).events)
     if (!ds::is_comm(s.ops[static_cast<std::size_t>(e.op)].kind)) compute_only.events.push_back(e);
   CHECK(rt::comm_overhead_seconds(s, compute_only) == 0.0);
+}
+
+TEST_CASE("calibration gives every all-to-all inside a worker its own measured cost") {
+  namespace ds = disagmoe::schedule;
+  // 1F1B-EP on one stage of 2 ranks: its only transfers are all-to-alls, one at a time.
+  rt::DisaggregatedOptions opt;
+  opt.schedule = rt::ScheduleKind::kOneFOneB;
+  opt.pairs = 1;
+  opt.attention_ranks = opt.ffn_ranks = 2;
+  opt.bytes_per_second = 2e6;
+  opt.latency_seconds = 1e-4;
+  auto spec = spec_of(3, 2, 1, 0);
+  spec.micro_batch = 2;
+  const auto s = rt::build_schedule(spec, opt, 4);
+  // The "measured" run: each all-to-all costs its own overhead beyond the network model.
+  auto truth = s;
+  int a2a = 0;
+  for (auto& op : truth.ops)
+    if (op.kind == ds::OpKind::kAllToAll) op.seconds = 1e-4 * (1 + a2a++ % 3);
+  REQUIRE(a2a > 0);
+  const auto truth_sim = ds::simulate(truth);
+  const auto run = disagmoe::io::simulated_run(truth, truth_sim);
+  const auto cal = rt::calibrated(s, run);
+  for (std::size_t i = 0; i < s.ops.size(); ++i)
+    if (s.ops[i].kind == ds::OpKind::kAllToAll) CHECK(cal.ops[i].seconds == doctest::Approx(truth.ops[i].seconds).epsilon(1e-9));
+  CHECK(ds::simulate(cal).step_seconds == doctest::Approx(truth_sim.step_seconds).epsilon(1e-6));
+  // Measured as modelled: nothing to add.
+  const auto plain = rt::calibrated(s, disagmoe::io::simulated_run(s, ds::simulate(s)));
+  for (const auto& op : plain.ops)
+    if (op.kind == ds::OpKind::kAllToAll) CHECK(op.seconds <= 1e-12);
 }
 
 TEST_CASE("calibration charges the comm threads' CPU to the host cores as comm kernels' SMs are on a GPU") {

@@ -181,7 +181,7 @@ class Simulator {
     }
     bool remote = false;
     for (const auto& u : uses_of(id)) remote = remote || u.resource % 4 < 2;
-    const double lat = remote ? s_.network.nic_latency : s_.network.nvlink_latency;
+    const double lat = op.seconds + (remote ? s_.network.nic_latency : s_.network.nvlink_latency);  // + its overhead
     o.state = kLatency;
     push(id, now_ + lat);
   }

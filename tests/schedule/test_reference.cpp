@@ -2,8 +2,8 @@
 // The fast simulator against the reference implementation (the first simulator, kept
 // verbatim in reference_simulator.hpp): every op's start and end, every metric and the
 // deadlock report must be identical, on every policy over random problems, on random
-// op graphs (mixed in-order / unordered comm streams, SM-using comm, zero-cost ops,
-// shared links) and on cost-model schedules of a real model.
+// op graphs (mixed in-order / unordered comm streams, SM-using comm, comm overheads,
+// zero-cost ops, shared links) and on cost-model schedules of a real model.
 #include "reference_simulator.hpp"
 #include "uniform.hpp"
 
@@ -98,6 +98,7 @@ ds::Schedule random_graph(std::mt19937_64& rng, bool cyclic) {
       o.peer = o.kind == ds::OpKind::kAllToAll ? o.worker : static_cast<int>(rng() % static_cast<unsigned>(nw));
       o.bytes = rng() % 5 == 0 ? 0.0 : u(rng) * 1e9;
       o.uses_sms = rng() % 2 == 0;
+      if (o.bytes > 0 && rng() % 3 == 0) o.seconds = u(rng) * 1e-3;  // a calibrated overhead
     } else {
       o.kind = kind == 0 ? ds::OpKind::kAttentionForward : ds::OpKind::kExpertBackwardInput;
       o.stream = kind == 0 ? ds::Stream::kForward : ds::Stream::kBackward;

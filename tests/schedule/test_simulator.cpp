@@ -74,6 +74,17 @@ TEST_CASE("bandwidth: concurrent flows share a NIC, in-order streams serialise, 
     CHECK(r.timings[1].start == doctest::Approx(1.0));
     CHECK(r.timings[1].end == doctest::Approx(4.0));
   }
+  {  // a comm op's own overhead (a calibrated Op::seconds) adds to its latency
+    auto s = two_workers(true);
+    s.network.nic_latency = 0.5;
+    s.add(send(0, 1, 100));
+    s.ops.back().seconds = 0.25;
+    s.add(send(0, 1, 100));
+    const auto r = ds::simulate(s);
+    CHECK(r.timings[0].end == doctest::Approx(1.75));  // 0.5 + 0.25 + 100 B at 100 B/s
+    CHECK(r.timings[1].end == doctest::Approx(3.25));  // then 0.5 + 1
+    CHECK(r.workers[0].compute_seconds == 0.0);         // an overhead is not compute
+  }
   {  // a short flow ends early and the long one speeds up: 100 B shared, then alone
     auto s = two_workers(false);
     s.add(send(0, 1, 100));

@@ -155,29 +155,43 @@ inline schedule::Schedule calibrated_compute(schedule::Schedule s, const io::Tra
   return s;
 }
 
-/// What a transfer costs beyond the network model's latency and bytes / bandwidth: the
-/// transport's and the token kernels' work on the comm stream and thread wake-ups (LogGP's
-/// overhead o). The o that, added to every message's latency, makes the median transfer of
-/// `measured` last as long as it does in the simulation of `s` (whose compute ops should
-/// already be calibrated): the simulation keeps its contention model, and a median is not
-/// moved by the minority of transfers that also waited for their receiver. Bisection: the
-/// simulated durations grow with the latency. 0 without transfers, or when the model is
-/// already slower. Cost: about 60 simulations of `s`.
+/// True for the transfers between workers that `comm_overhead_seconds` prices: every comm
+/// op but the all-to-alls inside a worker and the data-parallel all-reduce.
+inline bool is_worker_transfer(schedule::OpKind k) {
+  return schedule::is_comm(k) && k != schedule::OpKind::kAllReduce && k != schedule::OpKind::kAllToAll;
+}
+
+/// `s` with `o` added to the overhead (comm `Op::seconds`) of every transfer between workers.
+inline schedule::Schedule with_transfer_overhead(schedule::Schedule s, double o) {
+  for (auto& op : s.ops)
+    if (is_worker_transfer(op.kind)) op.seconds += o;
+  return s;
+}
+
+/// What a transfer between workers costs beyond the network model's latency and bytes /
+/// bandwidth: the transport's and the token kernels' work on the comm stream and thread
+/// wake-ups (LogGP's overhead o). The o that, added to every such transfer's latency
+/// (`with_transfer_overhead`), makes the median of them in `measured` last as long as it
+/// does in the simulation of `s` (whose
+/// compute ops should already be calibrated): the simulation keeps its contention model,
+/// and a median is not moved by the minority of transfers that also waited for their
+/// receiver. All-to-alls inside a worker are left out: they cost what they measured
+/// (`calibrated_all_to_alls`). Bisection: the simulated durations grow with the latency.
+/// 0 without such transfers, or when the model is already slower. Cost: about 60
+/// simulations of `s`.
 inline double comm_overhead_seconds(const schedule::Schedule& s, const io::TraceRun& measured) {
   const auto m = op_intervals(s, measured);
   std::vector<std::size_t> ids;
   double longest = 0;
   for (std::size_t i = 0; i < s.ops.size(); ++i)
-    if (schedule::is_comm(s.ops[i].kind) && s.ops[i].kind != schedule::OpKind::kAllReduce && m[i].first >= 0) {
+    if (is_worker_transfer(s.ops[i].kind) && m[i].first >= 0) {
       ids.push_back(i);
       longest = std::max(longest, m[i].second - m[i].first);
     }
   if (ids.empty()) return 0.0;
   // Median over the transfers of measured minus simulated duration, at overhead o.
   auto gap = [&](double o) {
-    schedule::Schedule t = s;
-    t.network.nic_latency += o;
-    t.network.nvlink_latency += o;
+    const schedule::Schedule t = with_transfer_overhead(s, o);
     const auto sim = op_intervals(t, io::simulated_run(t, schedule::simulate(t)));
     std::vector<double> d;
     for (std::size_t i : ids)
@@ -195,6 +209,33 @@ inline double comm_overhead_seconds(const schedule::Schedule& s, const io::Trace
     (gap(mid) > 0 ? lo : hi) = mid;
   }
   return 0.5 * (lo + hi);
+}
+
+/// `s` with every all-to-all inside a worker costing what it measured in `measured`: the
+/// part of its measured duration (from its worker's last rank's entry to its end) beyond
+/// its duration in the simulation of `s` becomes the op's own overhead (a comm op's
+/// `seconds`, added to its latency; at least 0). An all-to-all waits for no other worker,
+/// so, as a compute op's, its measured time is its cost: its ranks' token kernels,
+/// protocol rounds and thread wake-ups, which the network model does not see. One
+/// simulation of `s`.
+inline schedule::Schedule calibrated_all_to_alls(schedule::Schedule s, const io::TraceRun& measured) {
+  const auto m = op_intervals(s, measured);
+  const auto sim = op_intervals(s, io::simulated_run(s, schedule::simulate(s)));
+  for (std::size_t w = 0; w < s.workers.size() && w < s.order.size(); ++w) {
+    const auto& comm = s.order[w][static_cast<std::size_t>(schedule::Stream::kComm)];
+    double previous_end = -1;  // of the comm op before, on an in-order comm stream
+    for (const int id : comm) {
+      const auto i = static_cast<std::size_t>(id);
+      if (s.ops[i].kind == schedule::OpKind::kAllToAll && m[i].first >= 0 && sim[i].first >= 0) {
+        // The simulation starts it once the stream's op before it is done; the run may
+        // have posted it earlier, while that op was still in flight.
+        const double start = std::max(m[i].first, std::min(previous_end, m[i].second));
+        s.ops[i].seconds = std::max(0.0, (m[i].second - start) - (sim[i].second - sim[i].first));
+      }
+      if (s.workers[w].in_order_comm) previous_end = m[i].second;
+    }
+  }
+  return s;
 }
 
 /// The share of a core that the comm threads took while their transfers were active: the
@@ -222,9 +263,10 @@ inline double comm_cpu_share(const schedule::Schedule& s, const io::TraceRun& ru
 /// (`calibrated_compute`), at most `host_cores` of them at once across workers (the
 /// cores the run's worker threads shared; 0: a core each) and slowed by the comm threads'
 /// share of their cores while transfers touch their worker (`comm_cpu_share`, with
-/// host cores only: the simulator's comm-SM rule), and every message's latency raised
-/// by the measured per-transfer overhead (`comm_overhead_seconds`), so that the
-/// simulation predicts the run from its own op times. The data-parallel all-reduce,
+/// host cores only: the simulator's comm-SM rule), every transfer between workers slowed
+/// by the measured per-transfer overhead (`comm_overhead_seconds`) and every all-to-all at its
+/// measured cost (`calibrated_all_to_alls`), so that the simulation predicts the run from
+/// its own op times. The data-parallel all-reduce,
 /// which the runtime runs after the schedule, keeps its modelled cost.
 inline schedule::Schedule calibrated(schedule::Schedule s, const io::TraceRun& run,
                                      std::span<const std::vector<MeasuredOp>> timelines = {}, int host_cores = 0) {
@@ -236,9 +278,7 @@ inline schedule::Schedule calibrated(schedule::Schedule s, const io::TraceRun& r
     for (auto& op : s.ops) op.uses_sms = schedule::is_comm(op.kind);
   }
   const double o = comm_overhead_seconds(s, run);
-  s.network.nic_latency += o;
-  s.network.nvlink_latency += o;
-  return s;
+  return calibrated_all_to_alls(with_transfer_overhead(std::move(s), o), run);
 }
 
 }  // namespace disagmoe::runtime

@@ -143,7 +143,9 @@ struct Op {
   /// Network::comm_sm_fraction of the SMs on both ends; false: an RDMA engine, which
   /// holds Network::rdma_sm_fraction. Policies set it by transport, never by kind.
   bool uses_sms = false;
-  double seconds = 0;      ///< compute: time at the worker's full rate; comm: 0
+  /// compute: time at the worker's full rate; comm: overhead added to its message
+  /// latency (0 unless calibrated from a measured run: runtime::calibrated)
+  double seconds = 0;
   double bytes = 0;        ///< comm: bytes sent per GPU of `worker`
   /// comm: each GPU of `peer` receives bytes × worker GPUs / peer GPUs × rx_scale. 1 for
   /// an even spread; > 1 when the representative receiving GPU is its group's busiest

@@ -20,10 +20,12 @@
 ///   rank of each worker it touches (the comm threads), and while the cores held plus
 ///   these shares exceed C, every compute op runs at C / their sum of its rate (the
 ///   cores shared in proportion to demand);
-/// - a comm op first waits its message latency, then moves its bytes; intra-node bytes
-///   go over NVLink, the rest over the worker's NIC share, each direction a separate
-///   resource per worker; flows on a resource share it equally and the op advances at
-///   its slowest resource's pace (processor sharing, no max-min refinement);
+/// - a comm op first waits its message latency (plus its own `seconds`: an overhead
+///   measured for it, 0 unless calibrated), then moves its bytes (one that moves none
+///   finishes at once); intra-node bytes go over NVLink, the rest over the worker's NIC
+///   share, each direction a separate resource per worker; flows on a resource share it
+///   equally and the op advances at its slowest resource's pace (processor sharing, no
+///   max-min refinement);
 /// - when nothing can run and ops remain, the step is reported as deadlocked with the
 ///   ops each blocked stream waits on.
 #pragma once
@@ -127,6 +129,7 @@ class Simulator {
     succ_start_.assign(n + 1, 0);
     gate_.resize(n);
     uses_.clear();
+    overhead_.clear();
     for (std::size_t i = 0; i < n; ++i) {
       const Op& op = s_.ops[i];
       gate_[i] = {static_cast<int>(op.deps.size()), -1};
@@ -153,6 +156,7 @@ class Simulator {
       if (cu.empty()) continue;
       o.uses = static_cast<int>(uses_.size());
       uses_.push_back(cu);
+      overhead_.push_back(op.seconds);
       for (const auto& u : cu) {
         if (u.resource % 4 < 2) o.flags |= kRemote;
         if (cap_[static_cast<std::size_t>(u.resource)] > 0) continue;
@@ -370,7 +374,8 @@ class Simulator {
     // Its flow begins after the latency and reads the link uses then: load them now.
     __builtin_prefetch(&uses_of(o));
     __builtin_prefetch(reinterpret_cast<const char*>(&uses_of(o)) + 64);
-    const double lat = (o.flags & kRemote) != 0 ? s_.network.nic_latency : s_.network.nvlink_latency;
+    const double lat = overhead_[static_cast<std::size_t>(o.uses)] +
+                       ((o.flags & kRemote) != 0 ? s_.network.nic_latency : s_.network.nvlink_latency);
     o.state = kLatency;
     push(id, now_ + lat);
   }
@@ -627,9 +632,10 @@ class Simulator {
     std::vector<int> succ_start, succ, fill;
     std::vector<Gate> gate;
     std::vector<CommUses> uses;
+    std::vector<double> overhead;  // per uses entry: its op's overhead (comm Op::seconds)
     std::vector<Entry> heap;
     [[nodiscard]] std::size_t bytes() const {
-      return nodes.capacity() * sizeof(Node) + uses.capacity() * sizeof(CommUses) +
+      return nodes.capacity() * sizeof(Node) + uses.capacity() * sizeof(CommUses) + overhead.capacity() * sizeof(double) +
              gate.capacity() * sizeof(Gate) + heap.capacity() * sizeof(Entry) +
              (q.capacity() + slots.pos.capacity() + succ_start.capacity() + succ.capacity() + fill.capacity()) * sizeof(int);
     }
@@ -657,6 +663,7 @@ class Simulator {
   std::vector<int>& fill_ = b_.fill;
   std::vector<Gate>& gate_ = b_.gate;
   std::vector<CommUses>& uses_ = b_.uses;
+  std::vector<double>& overhead_ = b_.overhead;
   std::vector<Entry>& heap_ = b_.heap;
   // Host-core limit (Network::host_cores; 0: unlimited): compute ops running, and the
   // ready ones waiting for a core, served from core_next_ on.

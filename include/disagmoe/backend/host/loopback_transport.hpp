@@ -4,9 +4,9 @@
 /// process. Messages are matched MPI-style (per receiver: context, source, tag, in
 /// posting order) and copied once, sender buffer to receiver buffer, by whichever
 /// thread completes the match (rendezvous: a send completes only when received).
-/// With a `NetworkConfig`, a matched message becomes visible only at the time the
-/// `NetworkModel` delivers it, so communication costs wall time and overlapping it
-/// with compute shows up in measurements.
+/// With a `NetworkConfig`, a matched message becomes a flow of the `NetworkModel` and is
+/// visible only once the model delivers it, so communication costs wall time and
+/// overlapping it with compute shows up in measurements.
 #pragma once
 
 #include <disagmoe/backend/host/network_model.hpp>
@@ -46,7 +46,8 @@ struct LoopOp {
   std::size_t bytes = 0;
   std::size_t peer_bytes = 0;  // size of the matched counterpart (for the error message)
   std::atomic<int> state{kPosted};
-  std::atomic<std::int64_t> ready_ticks{0};  // steady_clock ticks when visible
+  std::atomic<std::int64_t> ready_ticks{0};  // steady_clock ticks when visible (no network)
+  NetworkModel::Flow flow = -1;              // its flow in the emulated network (written before state)
   std::uint32_t generation = 0;
   bool live = false;      // handed out and not yet released (owner thread only)
   bool deferred = false;  // issued inside an open group, not yet posted
@@ -182,7 +183,7 @@ class LoopbackTransport {
       if (now >= deadline) return false;
       auto until = deadline;
       if (op->state.load(std::memory_order_acquire) >= detail::LoopOp::kDone)
-        until = std::min(until, ready_time(op));
+        until = std::min(until, op->flow >= 0 ? world_->net->poll(op->flow, now).at : ready_time(op));
       me.cv.wait_until(lock, until);
     }
   }
@@ -241,6 +242,7 @@ class LoopbackTransport {
     op->sdata = nullptr;
     op->rdata = nullptr;
     op->peer_bytes = 0;
+    op->flow = -1;
     op->state.store(detail::LoopOp::kPosted, std::memory_order_relaxed);
     op->live = true;
     return op;
@@ -292,12 +294,13 @@ class LoopbackTransport {
     }
     send->peer_bytes = recv->bytes;
     recv->peer_bytes = send->bytes;
-    auto ready = comm::Clock::now();
-    if (world_->net && state == detail::LoopOp::kDone)
-      ready = world_->net->reserve(send->src, send->dst, send->bytes, ready);
-    const auto ticks = ready.time_since_epoch().count();
+    const auto now = comm::Clock::now();
+    const NetworkModel::Flow flow =
+        world_->net && state == detail::LoopOp::kDone ? world_->net->start(send->src, send->dst, send->bytes, now) : -1;
+    const auto ticks = now.time_since_epoch().count();
     const int src = send->src, dst = send->dst;
     for (auto* o : {send, recv}) {
+      o->flow = flow;
       o->ready_ticks.store(ticks, std::memory_order_relaxed);
       o->state.store(state, std::memory_order_release);
     }
@@ -328,7 +331,8 @@ class LoopbackTransport {
   bool finish_if_ready(Request& req, detail::LoopOp* op, std::unique_lock<std::mutex>& lock,
                        comm::Clock::time_point now) {
     const int state = op->state.load(std::memory_order_acquire);
-    if (state < detail::LoopOp::kDone || now < ready_time(op)) return false;
+    if (state < detail::LoopOp::kDone) return false;
+    if (op->flow >= 0 ? !world_->net->poll(op->flow, now).delivered : now < ready_time(op)) return false;
     lock.unlock();
     const auto mine = op->bytes, theirs = op->peer_bytes;
     const bool send = op->kind == detail::LoopOp::Kind::kSend;
@@ -348,6 +352,8 @@ class LoopbackTransport {
   }
 
   void release(detail::LoopOp* op) {
+    if (op->flow >= 0) world_->net->release(op->flow);
+    op->flow = -1;
     op->live = false;
     ++op->generation;
     free_.push_back(op);

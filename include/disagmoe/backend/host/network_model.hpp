@@ -3,12 +3,16 @@
 /// An emulated network for the loopback transport, so that communication costs wall
 /// time on one CPU and overlap of compute with communication becomes measurable.
 ///
-/// Model (a store-and-forward "LogGP without o/g" reservation model, cf. Alexandrov et
-/// al., "LogGP", SPAA 1995): ranks live on emulated nodes; every node has one egress
-/// and one ingress NIC shared by its ranks. A message of b bytes from node u to node
-/// v (u != v) occupies u's egress and v's ingress NIC, both first-come first-served,
-/// for b / min(link, nic) seconds, and is delivered `latency` after it leaves the
-/// wire. Messages inside one node use `intra_node_bandwidth` and no NIC.
+/// Model (a fluid, processor-sharing network, as the schedule simulator's): ranks live on
+/// emulated nodes; every node has one egress and one ingress NIC shared by its ranks. A
+/// message from node u to node v (u != v) is a flow from the moment it is matched: the
+/// flows on a NIC (and on the u -> v link) share its bandwidth equally, a flow moves at
+/// its scarcest share, and its message is delivered `latency` after its last byte leaves
+/// the wire. Messages between one pair of ranks keep their order, one on the wire at a
+/// time (a connection, or queue pair, is first-in first-out); messages of different pairs
+/// interleave on the NICs they share, so the sends of an all-to-all reach every peer at
+/// about the same time, not one peer after another. Messages inside one node use
+/// `intra_node_bandwidth`, without contention, and no NIC.
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -17,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -40,10 +45,23 @@ struct NetworkConfig {
   double intra_node_latency = 0;
 };
 
-/// Thread-safe reservation of NIC time. O(1) per message.
+/// Thread-safe fluid model of the messages in flight. A flow starts when its message is
+/// matched and is advanced lazily, whenever someone asks about any flow: O(flows in
+/// flight) per change of rates.
 class NetworkModel {
  public:
   using Clock = std::chrono::steady_clock;
+  /// A message in flight (an index into the model's flows).
+  using Flow = std::int32_t;
+
+  /// Whether a flow's message has been delivered by the time asked about, and if not,
+  /// when to ask again: its delivery at the current rates, or the next time the rates
+  /// change because another flow finishes, whichever is first (a flow that starts later
+  /// only slows it, and its start wakes the ranks it touches anyway).
+  struct Delivery {
+    bool delivered = false;
+    Clock::time_point at;  ///< the delivery time when delivered; else when to ask again
+  };
 
   /// Validates `config` for a world of `world_size` ranks.
   NetworkModel(NetworkConfig config, int world_size) : config_(std::move(config)) {
@@ -62,29 +80,63 @@ class NetworkModel {
                      config_.latency, config_.intra_node_latency}) {
       expect(x >= 0, "NetworkConfig bandwidth/latency", x, ">= 0");
     }
-    egress_free_.assign(static_cast<std::size_t>(nodes), Clock::time_point{});
-    ingress_free_ = egress_free_;
+    egress_flows_.assign(static_cast<std::size_t>(nodes), 0);
+    ingress_flows_ = egress_flows_;
     sent_ = std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(world_size));
   }
 
-  /// Reserves the wire for `bytes` from world rank `src` to `dst` starting no earlier
-  /// than `now`; returns the time the message is delivered.
-  Clock::time_point reserve(int src, int dst, std::size_t bytes, Clock::time_point now) {
+  /// Starts the flow of a matched message of `bytes` from world rank `src` to `dst` at
+  /// `now`; both its ends hold it until they `release` it.
+  Flow start(int src, int dst, std::size_t bytes, Clock::time_point now) {
     sent_[static_cast<std::size_t>(src)].fetch_add(bytes, std::memory_order_relaxed);
     const int u = config_.node_of_rank[static_cast<std::size_t>(src)];
     const int v = config_.node_of_rank[static_cast<std::size_t>(dst)];
-    if (u == v) {
-      return now + seconds(serialise(bytes, config_.intra_node_bandwidth) + config_.intra_node_latency);
-    }
-    const double bw = min_positive(config_.nic_bandwidth, config_.link_bandwidth);
     std::lock_guard lock(mu_);
-    auto& eg = egress_free_[static_cast<std::size_t>(u)];
-    auto& in = ingress_free_[static_cast<std::size_t>(v)];
-    const auto start = std::max({now, eg, in});
-    const auto done = start + seconds(serialise(bytes, bw));
-    eg = done;
-    in = done;
-    return done + seconds(config_.latency);
+    const double t = seconds_since_epoch(now);
+    advance(t);
+    FlowState f;
+    f.src = src;
+    f.dst = dst;
+    f.u = u;
+    f.v = v;
+    f.holders = 2;
+    const double bw = u == v ? config_.intra_node_bandwidth : wire_bandwidth();
+    f.latency = u == v ? config_.intra_node_latency : config_.latency;
+    if (u == v || bw <= 0 || bytes == 0) {
+      f.finished = t + (u == v && bw > 0 ? static_cast<double>(bytes) / bw : 0.0);  // no shared NIC
+    } else {
+      f.remaining = static_cast<double>(bytes);
+    }
+    const Flow id = allocate(f);
+    if (f.finished >= 0) return id;
+    const bool pair_busy = std::any_of(active_.begin(), active_.end(), [&](Flow g) { return same_pair(g, id); });
+    if (pair_busy) queued_.push_back(id);
+    else activate(id);
+    return id;
+  }
+
+  /// Where flow `f` stands at `now`.
+  Delivery poll(Flow f, Clock::time_point now) {
+    std::lock_guard lock(mu_);
+    advance(seconds_since_epoch(now));
+    const FlowState& x = flows_.at(static_cast<std::size_t>(f));
+    if (x.finished >= 0) {
+      const auto at = time_at(x.finished + x.latency);
+      return {at <= now, at};
+    }
+    const bool queued = std::find(queued_.begin(), queued_.end(), f) != queued_.end();
+    const double next_change = t_ + next_finish_in(f);
+    if (queued) return {false, time_at(next_change)};
+    return {false, time_at(std::min(t_ + x.remaining / rate(x) + x.latency, next_change))};
+  }
+
+  /// One end of flow `f` is done with it; its slot is reused once both ends are and its
+  /// bytes have left the wire.
+  void release(Flow f) {
+    std::lock_guard lock(mu_);
+    FlowState& x = flows_.at(static_cast<std::size_t>(f));
+    --x.holders;
+    if (x.holders == 0 && x.finished >= 0) free_.push_back(f);
   }
 
   /// The validated configuration.
@@ -99,22 +151,128 @@ class NetworkModel {
   }
 
  private:
-  static double serialise(std::size_t bytes, double bandwidth) {
-    return bandwidth > 0 ? static_cast<double>(bytes) / bandwidth : 0.0;
+  struct FlowState {
+    int src = 0, dst = 0;     // world ranks
+    int u = 0, v = 0;         // nodes
+    int holders = 0;          // ends that have not released it
+    double remaining = 0;     // bytes still on the wire
+    double finished = -1;     // seconds since the epoch its last byte left the wire; -1: in flight
+    double latency = 0;
+  };
+
+  bool same_pair(Flow a, Flow b) const {
+    const FlowState &x = flows_[static_cast<std::size_t>(a)], &y = flows_[static_cast<std::size_t>(b)];
+    return x.src == y.src && x.dst == y.dst;
+  }
+
+  /// Puts flow `f` on the wire.
+  void activate(Flow f) {
+    const FlowState& x = flows_[static_cast<std::size_t>(f)];
+    ++egress_flows_[static_cast<std::size_t>(x.u)];
+    ++ingress_flows_[static_cast<std::size_t>(x.v)];
+    active_.push_back(f);
+  }
+
+  double wire_bandwidth() const { return min_positive(config_.nic_bandwidth, config_.link_bandwidth); }
+
+  /// The rate of an active flow: each NIC (and link) shared equally by the flows on it,
+  /// at its scarcest resource's share (the simulator's rule).
+  double rate(const FlowState& x) const {
+    double r = std::numeric_limits<double>::infinity();
+    if (config_.nic_bandwidth > 0)
+      r = std::min({r, config_.nic_bandwidth / egress_flows_[static_cast<std::size_t>(x.u)],
+                    config_.nic_bandwidth / ingress_flows_[static_cast<std::size_t>(x.v)]});
+    if (config_.link_bandwidth > 0) {
+      int on_link = 0;
+      for (Flow g : active_) {
+        const FlowState& y = flows_[static_cast<std::size_t>(g)];
+        on_link += y.u == x.u && y.v == x.v;
+      }
+      r = std::min(r, config_.link_bandwidth / on_link);
+    }
+    return r;
+  }
+
+  /// Seconds until the first active flow other than `except` finishes at the current
+  /// rates (inf: none).
+  double next_finish_in(Flow except = -1) const {
+    double dt = std::numeric_limits<double>::infinity();
+    for (Flow g : active_) {
+      if (g == except) continue;
+      const FlowState& y = flows_[static_cast<std::size_t>(g)];
+      dt = std::min(dt, y.remaining / rate(y));
+    }
+    return dt;
+  }
+
+  /// Moves the fluid model on to `t`: flows drain at their rates, and the rates change
+  /// whenever one finishes and the next message of its pair, if any, takes its place.
+  void advance(double t) {
+    while (!active_.empty() && t_ < t) {
+      const double dt = std::min(next_finish_in(), t - t_);
+      rates_.clear();
+      for (Flow g : active_) rates_.push_back(rate(flows_[static_cast<std::size_t>(g)]));
+      t_ += dt;
+      std::size_t keep = 0;
+      for (std::size_t i = 0; i < active_.size(); ++i) {
+        FlowState& y = flows_[static_cast<std::size_t>(active_[i])];
+        y.remaining -= rates_[i] * dt;
+        if (y.remaining > 1e-9 * std::max(1.0, rates_[i] * dt)) {
+          active_[keep++] = active_[i];
+          continue;
+        }
+        y.remaining = 0;
+        y.finished = t_;
+        --egress_flows_[static_cast<std::size_t>(y.u)];
+        --ingress_flows_[static_cast<std::size_t>(y.v)];
+        done_.push_back(active_[i]);
+        if (y.holders == 0) free_.push_back(active_[i]);
+      }
+      active_.resize(keep);
+      for (Flow d : done_) {
+        const auto next = std::find_if(queued_.begin(), queued_.end(), [&](Flow q) { return same_pair(q, d); });
+        if (next == queued_.end()) continue;
+        activate(*next);
+        queued_.erase(next);
+      }
+      done_.clear();
+    }
+    t_ = std::max(t_, t);
+  }
+
+  Flow allocate(const FlowState& f) {
+    if (!free_.empty()) {
+      const Flow id = free_.back();
+      free_.pop_back();
+      flows_[static_cast<std::size_t>(id)] = f;
+      return id;
+    }
+    flows_.push_back(f);
+    return static_cast<Flow>(flows_.size() - 1);
+  }
+
+  double seconds_since_epoch(Clock::time_point t) const { return std::chrono::duration<double>(t - epoch_).count(); }
+  Clock::time_point time_at(double s) const {
+    return epoch_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
   }
   static double min_positive(double a, double b) {
     if (a <= 0) return b;
     if (b <= 0) return a;
     return std::min(a, b);
   }
-  static Clock::duration seconds(double s) {
-    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-  }
 
   NetworkConfig config_;
+  Clock::time_point epoch_ = Clock::now();
   std::mutex mu_;
-  std::vector<Clock::time_point> egress_free_;
-  std::vector<Clock::time_point> ingress_free_;
+  double t_ = 0;                    // seconds since the epoch the flows have been advanced to
+  std::vector<FlowState> flows_;    // slots, reused through free_
+  std::vector<Flow> free_;
+  std::vector<Flow> active_;        // flows with bytes on the wire
+  std::vector<Flow> queued_;        // flows behind an earlier one of their pair, in order
+  std::vector<Flow> done_;          // scratch of advance()
+  std::vector<double> rates_;       // scratch of advance()
+  std::vector<int> egress_flows_;   // [node] active flows leaving it
+  std::vector<int> ingress_flows_;  // [node] active flows entering it
   std::unique_ptr<std::atomic<std::uint64_t>[]> sent_;  // [world rank]
 };
 
