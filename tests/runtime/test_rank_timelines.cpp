@@ -49,7 +49,7 @@ rt::RankTimelines timelines() {
 
 }  // namespace
 
-TEST_CASE("merged_timelines: the first rank's, an all-to-all from the last entry, each op's slowest CPU") {
+TEST_CASE("merged_timelines: the first rank's, an all-to-all from the last entry to the last exit, each op's slowest CPU") {
   const auto s = two_workers();
   const auto m = rt::merged_timelines(s, timelines());
   REQUIRE(m.size() == 2);
@@ -57,7 +57,7 @@ TEST_CASE("merged_timelines: the first rank's, an all-to-all from the last entry
   CHECK(m[0][0].end == 2);
   CHECK(m[0][0].cpu == 1.5);
   CHECK(m[0][1].start == 3.5);  // rank 1's entry
-  CHECK(m[0][1].end == 4.5);    // rank 0's end
+  CHECK(m[0][1].end == 5);      // rank 1's end, the last
   CHECK(m[0][1].cpu == 0.5);
   CHECK(m[1][2].end == 1);
   // Wrong shapes are named.
