@@ -208,15 +208,33 @@ TEST_CASE("NetworkModel shares NICs among the flows in flight (closed form)") {
     CHECK(delivered(net, f) == doctest::Approx(4001.0));
     CHECK(delivered(net, local) == doctest::Approx(0.0));
   }
-  SUBCASE("released slots are reused only after both ends released them") {
+  SUBCASE("a slot is reused only once both ends released it and its bytes left the wire") {
     host::NetworkModel net(cfg, 4);
-    const auto f = net.start(0, 2, 1000, t0);
+    const auto f = net.start(0, 2, 1'000'000, t0);  // on the wire until 1000 us
     net.release(f);
-    const auto g = net.start(0, 2, 1000, t0);
+    net.release(f);  // both ends gone, the bytes still in flight
+    const auto g = net.start(3, 2, 1000, at(10));
     CHECK(g != f);
-    net.release(f);
-    (void)net.poll(g, at(1e6));
-    CHECK(net.start(0, 2, 1000, at(1e6)) == f);
+    (void)net.poll(g, at(2e6));  // f has long finished: its slot is free, g's is held
+    CHECK(net.start(0, 2, 1000, at(2e6)) == f);
+  }
+  SUBCASE("an empty message waits behind its pair's earlier one") {
+    host::NetworkModel net(cfg, 4);
+    const auto big = net.start(0, 2, 1'000'000, t0);
+    const auto empty = net.start(0, 2, 0, t0);
+    CHECK(delivered(net, big) == doctest::Approx(1001.0));
+    CHECK(delivered(net, empty) == doctest::Approx(1001.0));
+    const auto alone = net.start(1, 3, 0, at(1e6));  // no earlier message: latency only
+    CHECK(us(net.poll(alone, at(1e6)).at) == doctest::Approx(1e6 + 1.0));
+  }
+  SUBCASE("a delivery beyond any deadline saturates instead of overflowing") {
+    cfg.nic_bandwidth = 1;  // 1 B/s
+    cfg.link_bandwidth = 0;
+    host::NetworkModel net(cfg, 4);
+    const auto f = net.start(0, 2, std::size_t{1} << 40, t0);
+    const auto d = net.poll(f, at(1));
+    CHECK_FALSE(d.delivered);
+    CHECK(d.at == Clock::time_point::max());
   }
   CHECK_THROWS_AS(host::NetworkModel(host::NetworkConfig{{0, 1}, -1, 0, 0, 0, 0}, 2), ConfigError);
   CHECK_THROWS_AS(host::NetworkModel(host::NetworkConfig{{0}, 0, 0, 0, 0, 0}, 2), ConfigError);

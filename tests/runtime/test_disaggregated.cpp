@@ -558,6 +558,10 @@ TEST_CASE("calibration gives every all-to-all inside a worker its own measured c
   for (std::size_t i = 0; i < s.ops.size(); ++i)
     if (s.ops[i].kind == ds::OpKind::kAllToAll) CHECK(cal.ops[i].seconds == doctest::Approx(truth.ops[i].seconds).epsilon(1e-9));
   CHECK(ds::simulate(cal).step_seconds == doctest::Approx(truth_sim.step_seconds).epsilon(1e-6));
+  // Calibrating the calibrated schedule again changes nothing.
+  const auto again = rt::calibrated(cal, run);
+  for (std::size_t i = 0; i < s.ops.size(); ++i)
+    if (s.ops[i].kind == ds::OpKind::kAllToAll) CHECK(again.ops[i].seconds == doctest::Approx(cal.ops[i].seconds).epsilon(1e-9));
   // Measured as modelled: nothing to add.
   const auto plain = rt::calibrated(s, disagmoe::io::simulated_run(s, ds::simulate(s)));
   for (const auto& op : plain.ops)

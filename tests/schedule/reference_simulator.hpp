@@ -58,7 +58,7 @@ class Simulator {
       const Op& op = s_.ops[i];
       if (!is_comm(op.kind)) continue;
       const CommUses cu = comm_uses(s_, op);
-      if (cu.empty()) continue;
+      if (cu.empty() && op.seconds <= 0) continue;
       st_[i].uses = static_cast<int>(uses_.size());
       uses_.push_back(cu);
       for (const auto& u : cu)
@@ -181,7 +181,8 @@ class Simulator {
     }
     bool remote = false;
     for (const auto& u : uses_of(id)) remote = remote || u.resource % 4 < 2;
-    const double lat = op.seconds + (remote ? s_.network.nic_latency : s_.network.nvlink_latency);  // + its overhead
+    const double lat =  // its overhead, then the latency of a message that moves bytes
+        op.seconds + (uses_of(id).empty() ? 0.0 : remote ? s_.network.nic_latency : s_.network.nvlink_latency);
     o.state = kLatency;
     push(id, now_ + lat);
   }
@@ -202,6 +203,7 @@ class Simulator {
   void begin_flow(int id) {
     auto& o = st_[static_cast<std::size_t>(id)];
     o.state = kRunning;
+    if (uses_of(id).empty()) return push(id, now_);
     o.left = 1;
     o.since = now_;
     for (const auto& u : uses_of(id)) flows_on_[static_cast<std::size_t>(u.resource)].push_back(id);

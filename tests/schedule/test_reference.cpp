@@ -98,7 +98,7 @@ ds::Schedule random_graph(std::mt19937_64& rng, bool cyclic) {
       o.peer = o.kind == ds::OpKind::kAllToAll ? o.worker : static_cast<int>(rng() % static_cast<unsigned>(nw));
       o.bytes = rng() % 5 == 0 ? 0.0 : u(rng) * 1e9;
       o.uses_sms = rng() % 2 == 0;
-      if (o.bytes > 0 && rng() % 3 == 0) o.seconds = u(rng) * 1e-3;  // a calibrated overhead
+      if (rng() % 3 == 0) o.seconds = u(rng) * 1e-3;  // a calibrated overhead (also without bytes)
     } else {
       o.kind = kind == 0 ? ds::OpKind::kAttentionForward : ds::OpKind::kExpertBackwardInput;
       o.stream = kind == 0 ? ds::Stream::kForward : ds::Stream::kBackward;

@@ -85,6 +85,17 @@ TEST_CASE("bandwidth: concurrent flows share a NIC, in-order streams serialise, 
     CHECK(r.timings[1].end == doctest::Approx(3.25));  // then 0.5 + 1
     CHECK(r.workers[0].compute_seconds == 0.0);         // an overhead is not compute
   }
+  {  // an op that moves no bytes (an all-to-all of a one-GPU worker) takes its overhead alone
+    auto s = two_workers(true);
+    s.network.nic_latency = 0.5;
+    s.add(send(0, 1, 0));
+    s.ops.back().seconds = 0.25;
+    s.add(send(0, 1, 0));
+    const auto r = ds::simulate(s);
+    CHECK(r.timings[0].end == doctest::Approx(0.25));
+    CHECK(r.timings[1].start == doctest::Approx(0.25));
+    CHECK(r.timings[1].end == doctest::Approx(0.25));  // no overhead: done at once
+  }
   {  // a short flow ends early and the long one speeds up: 100 B shared, then alone
     auto s = two_workers(false);
     s.add(send(0, 1, 100));

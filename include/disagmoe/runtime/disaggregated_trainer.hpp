@@ -233,8 +233,8 @@ class DisaggregatedTrainer {
   }
   /// Every worker's timeline of the last step (collective), indexed [worker][op]: its
   /// ranks' timelines merged as the simulator's calibration reads them (merged_timelines:
-  /// the first rank's, an all-to-all from its last rank's entry, each op's CPU time its
-  /// slowest rank's).
+  /// the first rank's, an all-to-all from its last rank's entry to its last rank's exit,
+  /// each op's CPU time its slowest rank's).
   std::vector<std::vector<MeasuredOp>> gather_timelines() { return merged_timelines(schedule_, gather_rank_timelines()); }
   /// Collective: the token-expert rows the experts of every FFN rank (colocated: of every
   /// rank) computed in the last step's forward, routed and shared, [FFN worker][rank]: the

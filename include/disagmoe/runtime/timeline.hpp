@@ -3,7 +3,8 @@
 /// Measured timelines of a lowered schedule and what they say: the trace events of every
 /// worker (for the Chrome trace beside the simulated run), step time and exposed
 /// communication by the simulator's definition, and the simulator's prediction of the
-/// same run calibrated with its measured compute times, per-transfer overhead and cores.
+/// same run calibrated with its measured compute times, all-to-all costs, per-transfer
+/// overhead and cores.
 ///
 /// Exposed communication, measured and simulated alike: a transfer is active from the
 /// moment its sender posts it until its receiver has it, on both ends; a worker's exposed
@@ -219,6 +220,8 @@ inline double comm_overhead_seconds(const schedule::Schedule& s, const io::Trace
 /// protocol rounds and thread wake-ups, which the network model does not see. One
 /// simulation of `s`.
 inline schedule::Schedule calibrated_all_to_alls(schedule::Schedule s, const io::TraceRun& measured) {
+  for (auto& op : s.ops)  // priced afresh: an already calibrated schedule is not calibrated twice
+    if (op.kind == schedule::OpKind::kAllToAll) op.seconds = 0;
   const auto m = op_intervals(s, measured);
   const auto sim = op_intervals(s, io::simulated_run(s, schedule::simulate(s)));
   for (std::size_t w = 0; w < s.workers.size() && w < s.order.size(); ++w) {

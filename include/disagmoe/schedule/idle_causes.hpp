@@ -30,7 +30,7 @@ namespace disagmoe::schedule {
 /// time they add up to the step: busy + total() = step_seconds.
 struct IdleCauses {
   double network_seconds = 0;       ///< behind a transfer moving its bytes
-  double latency_seconds = 0;       ///< behind a transfer's message latency
+  double latency_seconds = 0;       ///< behind a transfer's message latency (and its calibrated overhead)
   double peer_compute_seconds = 0;  ///< behind another worker's compute: imbalance, fill and drain
   /// Not accounted for by any op of the chain: a ready op queued for host cores
   /// (Network::host_cores), or an op with nothing to wait for that starts late.
@@ -133,11 +133,11 @@ class IdleAttribution {
       (op.worker != w ? c.peer_compute_seconds : c.other_seconds) += end - start;
       return;
     }
-    // The simulator's comm op: its message latency, then its bytes (simulator.hpp).
+    // The simulator's comm op: its overhead and message latency, then its bytes (simulator.hpp).
     const CommUses u = comm_uses(s_, op);
     bool remote = false;
     for (const auto& x : u) remote = remote || x.resource % 4 < 2;
-    const double lat = u.empty() ? 0 : remote ? s_.network.nic_latency : s_.network.nvlink_latency;
+    const double lat = op.seconds + (u.empty() ? 0 : remote ? s_.network.nic_latency : s_.network.nvlink_latency);
     const double flow = std::clamp(t.start + lat, start, end);
     c.latency_seconds += flow - start;
     c.network_seconds += end - flow;

@@ -22,7 +22,8 @@
 
 namespace disagmoe::schedule {
 
-/// What an op does. Compute kinds carry `seconds`, communication kinds carry `bytes`.
+/// What an op does. Compute kinds carry `seconds`, communication kinds carry `bytes` (and
+/// a calibrated overhead in `seconds`).
 enum class OpKind : std::uint8_t {
   kAttentionForward,         ///< attention (+ router; + dense FFN on dense layers), forward
   kAttentionBackwardInput,   ///< attention backward, input gradient ("B"/dgrad)

@@ -22,7 +22,7 @@
 ///   cores shared in proportion to demand);
 /// - a comm op first waits its message latency (plus its own `seconds`: an overhead
 ///   measured for it, 0 unless calibrated), then moves its bytes (one that moves none
-///   finishes at once); intra-node bytes go over NVLink, the rest over the worker's NIC
+///   takes its overhead alone, without a latency); intra-node bytes go over NVLink, the rest over the worker's NIC
 ///   share, each direction a separate resource per worker; flows on a resource share it
 ///   equally and the op advances at its slowest resource's pace (processor sharing, no
 ///   max-min refinement);
@@ -153,7 +153,7 @@ class Simulator {
       if (op.uses_sms) o.flags |= kSms;
       else if (s_.network.rdma_sm_fraction > 0) o.flags |= kRdma;
       const CommUses cu = comm_uses(s_, op);
-      if (cu.empty()) continue;
+      if (cu.empty() && op.seconds <= 0) continue;  // moves nothing: done at once
       o.uses = static_cast<int>(uses_.size());
       uses_.push_back(cu);
       overhead_.push_back(op.seconds);
@@ -374,8 +374,11 @@ class Simulator {
     // Its flow begins after the latency and reads the link uses then: load them now.
     __builtin_prefetch(&uses_of(o));
     __builtin_prefetch(reinterpret_cast<const char*>(&uses_of(o)) + 64);
+    // Its overhead, then (if it moves bytes) the message latency.
     const double lat = overhead_[static_cast<std::size_t>(o.uses)] +
-                       ((o.flags & kRemote) != 0 ? s_.network.nic_latency : s_.network.nvlink_latency);
+                       (uses_of(o).empty()                ? 0.0
+                        : (o.flags & kRemote) != 0 ? s_.network.nic_latency
+                                                   : s_.network.nvlink_latency);
     o.state = kLatency;
     push(id, now_ + lat);
   }
@@ -390,6 +393,7 @@ class Simulator {
   void begin_flow(int id) {
     Node& o = node(id);
     o.state = kRunning;
+    if (uses_of(o).empty()) return push(id, now_);  // an overhead alone: done
     o.left = 1;
     o.since = now_;
     for (const auto& u : uses_of(o)) flows_on_[static_cast<std::size_t>(u.resource)].push_back(id);

@@ -33,7 +33,8 @@ namespace disagmoe::host {
 namespace detail {
 
 /// One posted send or receive. Owned by the posting transport's pool; the matching
-/// thread writes its completion fields (atomics) and never touches it afterwards.
+/// thread writes its completion fields (`flow`, then the atomics, `state` last with
+/// release order) and never touches it afterwards.
 struct LoopOp {
   enum class Kind : std::uint8_t { kSend, kRecv };
   static constexpr int kPosted = 0, kDone = 2, kSizeMismatch = 3;

@@ -24,6 +24,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 namespace disagmoe::host {
@@ -47,7 +48,7 @@ struct NetworkConfig {
 
 /// Thread-safe fluid model of the messages in flight. A flow starts when its message is
 /// matched and is advanced lazily, whenever someone asks about any flow: O(flows in
-/// flight) per change of rates.
+/// flight) per change of rates (a change is some flow finishing).
 class NetworkModel {
  public:
   using Clock = std::chrono::steady_clock;
@@ -102,14 +103,17 @@ class NetworkModel {
     f.holders = 2;
     const double bw = u == v ? config_.intra_node_bandwidth : wire_bandwidth();
     f.latency = u == v ? config_.intra_node_latency : config_.latency;
-    if (u == v || bw <= 0 || bytes == 0) {
-      f.finished = t + (u == v && bw > 0 ? static_cast<double>(bytes) / bw : 0.0);  // no shared NIC
-    } else {
-      f.remaining = static_cast<double>(bytes);
+    f.remaining = static_cast<double>(bytes);
+    const bool pair_busy = u != v && std::any_of(active_.begin(), active_.end(), [&](Flow g) {
+                             const FlowState& y = flows_[static_cast<std::size_t>(g)];
+                             return y.src == src && y.dst == dst;
+                           });
+    if (u == v || bw <= 0 || (bytes == 0 && !pair_busy)) {  // no shared NIC, nothing ahead of it
+      f.done = true;
+      f.finished = std::max(t, t_) + (u == v && bw > 0 ? static_cast<double>(bytes) / bw : 0.0);
     }
     const Flow id = allocate(f);
-    if (f.finished >= 0) return id;
-    const bool pair_busy = std::any_of(active_.begin(), active_.end(), [&](Flow g) { return same_pair(g, id); });
+    if (f.done) return id;
     if (pair_busy) queued_.push_back(id);
     else activate(id);
     return id;
@@ -120,7 +124,7 @@ class NetworkModel {
     std::lock_guard lock(mu_);
     advance(seconds_since_epoch(now));
     const FlowState& x = flows_.at(static_cast<std::size_t>(f));
-    if (x.finished >= 0) {
+    if (x.done) {
       const auto at = time_at(x.finished + x.latency);
       return {at <= now, at};
     }
@@ -136,7 +140,7 @@ class NetworkModel {
     std::lock_guard lock(mu_);
     FlowState& x = flows_.at(static_cast<std::size_t>(f));
     --x.holders;
-    if (x.holders == 0 && x.finished >= 0) free_.push_back(f);
+    if (x.holders == 0 && x.done) free_.push_back(f);
   }
 
   /// The validated configuration.
@@ -156,7 +160,8 @@ class NetworkModel {
     int u = 0, v = 0;         // nodes
     int holders = 0;          // ends that have not released it
     double remaining = 0;     // bytes still on the wire
-    double finished = -1;     // seconds since the epoch its last byte left the wire; -1: in flight
+    bool done = false;        // its last byte has left the wire
+    double finished = 0;      // when (seconds since the epoch), once done
     double latency = 0;
   };
 
@@ -165,11 +170,16 @@ class NetworkModel {
     return x.src == y.src && x.dst == y.dst;
   }
 
+  std::int64_t link(const FlowState& x) const {
+    return static_cast<std::int64_t>(x.u) * static_cast<std::int64_t>(egress_flows_.size()) + x.v;
+  }
+
   /// Puts flow `f` on the wire.
   void activate(Flow f) {
     const FlowState& x = flows_[static_cast<std::size_t>(f)];
     ++egress_flows_[static_cast<std::size_t>(x.u)];
     ++ingress_flows_[static_cast<std::size_t>(x.v)];
+    if (config_.link_bandwidth > 0) ++link_flows_[link(x)];
     active_.push_back(f);
   }
 
@@ -182,14 +192,7 @@ class NetworkModel {
     if (config_.nic_bandwidth > 0)
       r = std::min({r, config_.nic_bandwidth / egress_flows_[static_cast<std::size_t>(x.u)],
                     config_.nic_bandwidth / ingress_flows_[static_cast<std::size_t>(x.v)]});
-    if (config_.link_bandwidth > 0) {
-      int on_link = 0;
-      for (Flow g : active_) {
-        const FlowState& y = flows_[static_cast<std::size_t>(g)];
-        on_link += y.u == x.u && y.v == x.v;
-      }
-      r = std::min(r, config_.link_bandwidth / on_link);
-    }
+    if (config_.link_bandwidth > 0) r = std::min(r, config_.link_bandwidth / link_flows_.at(link(x)));
     return r;
   }
 
@@ -222,9 +225,11 @@ class NetworkModel {
           continue;
         }
         y.remaining = 0;
+        y.done = true;
         y.finished = t_;
         --egress_flows_[static_cast<std::size_t>(y.u)];
         --ingress_flows_[static_cast<std::size_t>(y.v)];
+        if (config_.link_bandwidth > 0 && --link_flows_[link(y)] == 0) link_flows_.erase(link(y));
         done_.push_back(active_[i]);
         if (y.holders == 0) free_.push_back(active_[i]);
       }
@@ -251,9 +256,15 @@ class NetworkModel {
     return static_cast<Flow>(flows_.size() - 1);
   }
 
-  double seconds_since_epoch(Clock::time_point t) const { return std::chrono::duration<double>(t - epoch_).count(); }
-  Clock::time_point time_at(double s) const {
-    return epoch_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  // Seconds since the clock's epoch (the steady clock's: never negative in practice).
+  static double seconds_since_epoch(Clock::time_point t) {
+    return std::max(0.0, std::chrono::duration<double>(t.time_since_epoch()).count());
+  }
+  // The time point `s` seconds after the epoch, saturated far beyond any deadline.
+  static Clock::time_point time_at(double s) {
+    constexpr double kFar = 1e9;  // seconds (~32 years): below the clock's int64 range
+    if (!(s < kFar)) return Clock::time_point::max();
+    return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
   }
   static double min_positive(double a, double b) {
     if (a <= 0) return b;
@@ -262,7 +273,6 @@ class NetworkModel {
   }
 
   NetworkConfig config_;
-  Clock::time_point epoch_ = Clock::now();
   std::mutex mu_;
   double t_ = 0;                    // seconds since the epoch the flows have been advanced to
   std::vector<FlowState> flows_;    // slots, reused through free_
@@ -273,6 +283,7 @@ class NetworkModel {
   std::vector<double> rates_;       // scratch of advance()
   std::vector<int> egress_flows_;   // [node] active flows leaving it
   std::vector<int> ingress_flows_;  // [node] active flows entering it
+  std::unordered_map<std::int64_t, int> link_flows_;  // [u * nodes + v] active flows on the link (with link_bandwidth)
   std::unique_ptr<std::atomic<std::uint64_t>[]> sent_;  // [world rank]
 };
 
