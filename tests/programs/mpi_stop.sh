@@ -39,7 +39,9 @@ run_case() {  # name signal when(init|train)
   local tenths=0
   while kill -0 "$job" 2>/dev/null && (( tenths < (deadline_ms / 1000 + slack_s) * 10 )); do sleep 0.2; tenths=$((tenths + 2)); done
   if kill -0 "$job" 2>/dev/null; then
-    echo "FAIL $name: the job still runs $((deadline_ms / 1000 + slack_s)) s after the rank was stopped"
+    echo "FAIL $name: the job still runs $((deadline_ms / 1000 + slack_s)) s after the rank was stopped (victim $victim)"
+    echo "  its log: $(head -c 600 "$log" | tr '\n' ' ')"
+    echo "  its processes: $(ps -o pid=,stat=,etime=,args= --ppid "$job" 2>/dev/null | cut -c1-100 | tr '\n' ';')"
     kill -KILL "$job" $(ranks "$job") 2>/dev/null
     failures=$((failures + 1))
     return

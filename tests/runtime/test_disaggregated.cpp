@@ -568,6 +568,45 @@ TEST_CASE("calibration gives every all-to-all inside a worker its own measured c
     if (op.kind == ds::OpKind::kAllToAll) CHECK(op.seconds <= 1e-12);
 }
 
+TEST_CASE("an all-to-all posted while its in-order comm stream was still busy costs from when the stream freed") {
+  namespace ds = disagmoe::schedule;
+  // Worker 0 (2 GPUs on one node) sends to worker 1, then runs an all-to-all on the same
+  // comm stream. Measured: the send posted at 0 and arrived at 5; the all-to-all posted
+  // at 1 and ended at 8. In order, it could only start at 5: it cost 3, not 7.
+  for (bool in_order : {true, false}) {
+    CAPTURE(in_order);
+    ds::Schedule s;
+    s.workers.resize(2);
+    for (auto& w : s.workers) {
+      w.gpus = 2;
+      w.nic_bandwidth = 1e3;
+      w.nvlink_bandwidth = 1e6;
+      w.in_order_comm = in_order;
+    }
+    ds::Op send;
+    send.kind = ds::OpKind::kSend;
+    send.stream = ds::Stream::kComm;
+    send.worker = 0;
+    send.peer = 1;
+    send.bytes = 1e3;
+    s.add(send);
+    ds::Op a2a = send;
+    a2a.kind = ds::OpKind::kAllToAll;
+    a2a.peer = 0;
+    s.add(a2a);
+    disagmoe::io::TraceRun run{"measured", 8, {}};
+    run.events.push_back({0, 0, ds::Stream::kComm, 0.0, 0.1, false});
+    run.events.push_back({1, 0, ds::Stream::kComm, 0.1, 5.0, true});
+    run.events.push_back({0, 1, ds::Stream::kComm, 1.0, 8.0, false});
+    const auto sim = ds::simulate(s);
+    const double modelled = sim.timings[1].end - sim.timings[1].start;
+    REQUIRE(modelled < 1);
+    const auto cal = rt::calibrated_all_to_alls(s, run);
+    CHECK(cal.ops[1].seconds == doctest::Approx((in_order ? 3.0 : 7.0) - modelled).epsilon(1e-12));
+    CHECK(cal.ops[0].seconds == 0.0);  // transfers between workers are not its business
+  }
+}
+
 TEST_CASE("calibration charges the comm threads' CPU to the host cores as comm kernels' SMs are on a GPU") {
   namespace ds = disagmoe::schedule;
   for (int p : {1, 2})
