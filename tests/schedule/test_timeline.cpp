@@ -47,6 +47,25 @@ TEST_CASE("chrome trace: one process per worker, one thread per stream, one X ev
   CHECK(j.at("otherData").at("step_seconds").get<double>() == doctest::Approx(r.step_seconds));
 }
 
+TEST_CASE("chrome trace: a run names only the workers it has events for") {
+  const auto s = ds::OneFOneB{}.build(ds::test::uniform_problem(3, 3, 3));
+  const auto r = ds::simulate(s);
+  auto full = disagmoe::io::simulated_run(s, r, "simulated");
+  auto partial = full;  // as a per-rank run of a worker of several ranks among workers of one
+  partial.label = "measured rank 1";
+  std::erase_if(partial.events, [](const disagmoe::io::TraceEvent& e) { return e.worker != 1; });
+  REQUIRE(!partial.events.empty());
+  const std::vector<disagmoe::io::TraceRun> runs{full, partial};
+  std::ostringstream os;
+  disagmoe::io::write_chrome_trace(os, s, runs);
+  const auto j = nlohmann::json::parse(os.str());
+  std::vector<std::string> names;
+  for (const auto& e : j.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "process_name") names.push_back(e.at("args").at("name").get<std::string>());
+  REQUIRE(names.size() == s.workers.size() + 1);
+  CHECK(names.back().rfind("measured rank 1 " + s.workers[1].name, 0) == 0);
+}
+
 TEST_CASE("svg gantt: a single document with bars, axis and legend") {
   const auto s = ds::OneFOneB{}.build(ds::test::uniform_problem(2, 2, 3));
   const auto r = ds::simulate(s);

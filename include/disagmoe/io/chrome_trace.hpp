@@ -11,6 +11,7 @@
 #include <disagmoe/schedule/op.hpp>
 #include <disagmoe/schedule/simulator.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <ostream>
 #include <span>
@@ -72,9 +73,10 @@ inline TraceRun simulated_run(const schedule::Schedule& s, const schedule::SimRe
   return run;
 }
 
-/// Writes `runs` of `s` to `os` as one Chrome trace: per run one process per worker
-/// (named "<label> <worker>"), one thread per stream, one complete ("X") event per
-/// event with the same op names in every run, so runs open side by side. O(events).
+/// Writes `runs` of `s` to `os` as one Chrome trace: per run one process per worker that
+/// has an event in it (named "<label> <worker>"; a per-rank run leaves out the workers
+/// without that rank), one thread per stream, one complete ("X") event per event with
+/// the same op names in every run, so runs open side by side. O(events + runs · workers).
 inline void write_chrome_trace(std::ostream& os, const schedule::Schedule& s, std::span<const TraceRun> runs) {
   os.precision(15);
   os << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":";
@@ -91,8 +93,12 @@ inline void write_chrome_trace(std::ostream& os, const schedule::Schedule& s, st
     first = false;
   };
   const std::size_t nw = s.workers.size();
-  for (std::size_t k = 0; k < runs.size(); ++k)
+  std::vector<char> present(nw);
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    std::fill(present.begin(), present.end(), 0);
+    for (const auto& e : runs[k].events) present.at(static_cast<std::size_t>(e.worker)) = 1;
     for (std::size_t w = 0; w < nw; ++w) {
+      if (!present[w]) continue;
       const auto& wk = s.workers[w];
       const std::size_t pid = k * nw + w;
       sep();
@@ -109,6 +115,7 @@ inline void write_chrome_trace(std::ostream& os, const schedule::Schedule& s, st
            << ",\"args\":{\"name\":\"" << schedule::to_string(static_cast<schedule::Stream>(t)) << "\"}}";
       }
     }
+  }
   for (std::size_t k = 0; k < runs.size(); ++k)
     for (const auto& e : runs[k].events) {
       const auto& op = s.ops.at(static_cast<std::size_t>(e.op));
