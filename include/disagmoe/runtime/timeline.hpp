@@ -173,13 +173,12 @@ inline schedule::Schedule with_transfer_overhead(schedule::Schedule s, double o)
 /// bandwidth: the transport's and the token kernels' work on the comm stream and thread
 /// wake-ups (LogGP's overhead o). The o that, added to every such transfer's latency
 /// (`with_transfer_overhead`), makes the median of them in `measured` last as long as it
-/// does in the simulation of `s` (whose
-/// compute ops should already be calibrated): the simulation keeps its contention model,
-/// and a median is not moved by the minority of transfers that also waited for their
-/// receiver. All-to-alls inside a worker are left out: they cost what they measured
-/// (`calibrated_all_to_alls`). Bisection: the simulated durations grow with the latency.
-/// 0 without such transfers, or when the model is already slower. Cost: about 60
-/// simulations of `s`.
+/// does in the simulation of `s` (whose compute ops should already be calibrated): the
+/// simulation keeps its contention model, and a median is not moved by the minority of
+/// transfers that also waited for their receiver. All-to-alls inside a worker are left
+/// out: they cost what they measured (`calibrated_all_to_alls`). Bisection: the simulated
+/// durations grow with the latency. 0 without such transfers, or when the model is
+/// already slower. Cost: about 60 simulations of `s`.
 inline double comm_overhead_seconds(const schedule::Schedule& s, const io::TraceRun& measured) {
   const auto m = op_intervals(s, measured);
   std::vector<std::size_t> ids;
@@ -267,10 +266,10 @@ inline double comm_cpu_share(const schedule::Schedule& s, const io::TraceRun& ru
 /// cores the run's worker threads shared; 0: a core each) and slowed by the comm threads'
 /// share of their cores while transfers touch their worker (`comm_cpu_share`, with
 /// host cores only: the simulator's comm-SM rule), every transfer between workers slowed
-/// by the measured per-transfer overhead (`comm_overhead_seconds`) and every all-to-all at its
-/// measured cost (`calibrated_all_to_alls`), so that the simulation predicts the run from
-/// its own op times. The data-parallel all-reduce,
-/// which the runtime runs after the schedule, keeps its modelled cost.
+/// by the measured per-transfer overhead (`comm_overhead_seconds`) and every all-to-all
+/// at its measured cost (`calibrated_all_to_alls`), so that the simulation predicts the
+/// run from its own op times. The data-parallel all-reduce, which the runtime runs after
+/// the schedule, keeps its modelled cost.
 inline schedule::Schedule calibrated(schedule::Schedule s, const io::TraceRun& run,
                                      std::span<const std::vector<MeasuredOp>> timelines = {}, int host_cores = 0) {
   s = calibrated_compute(std::move(s), run, timelines);
