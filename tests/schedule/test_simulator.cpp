@@ -74,27 +74,24 @@ TEST_CASE("bandwidth: concurrent flows share a NIC, in-order streams serialise, 
     CHECK(r.timings[1].start == doctest::Approx(1.0));
     CHECK(r.timings[1].end == doctest::Approx(4.0));
   }
-  {  // a comm op's own overhead (a calibrated Op::seconds) adds to its latency
-    auto s = two_workers(true);
-    s.network.nic_latency = 0.5;
-    s.add(send(0, 1, 100));
-    s.ops.back().seconds = 0.25;
-    s.add(send(0, 1, 100));
-    const auto r = ds::simulate(s);
+  {  // a comm op's own overhead (a calibrated Op::seconds): then one without
+    auto overhead_then_plain = [](double bytes) {
+      auto s = two_workers(true);
+      s.network.nic_latency = 0.5;
+      s.add(send(0, 1, bytes));
+      s.ops.back().seconds = 0.25;
+      s.add(send(0, 1, bytes));
+      return ds::simulate(s);
+    };
+    const auto r = overhead_then_plain(100);  // the overhead adds to the latency
     CHECK(r.timings[0].end == doctest::Approx(1.75));  // 0.5 + 0.25 + 100 B at 100 B/s
     CHECK(r.timings[1].end == doctest::Approx(3.25));  // then 0.5 + 1
     CHECK(r.workers[0].compute_seconds == 0.0);         // an overhead is not compute
-  }
-  {  // an op that moves no bytes (an all-to-all of a one-GPU worker) takes its overhead alone
-    auto s = two_workers(true);
-    s.network.nic_latency = 0.5;
-    s.add(send(0, 1, 0));
-    s.ops.back().seconds = 0.25;
-    s.add(send(0, 1, 0));
-    const auto r = ds::simulate(s);
-    CHECK(r.timings[0].end == doctest::Approx(0.25));
-    CHECK(r.timings[1].start == doctest::Approx(0.25));
-    CHECK(r.timings[1].end == doctest::Approx(0.25));  // no overhead: done at once
+    // An op that moves no bytes (an all-to-all of a one-GPU worker) takes its overhead alone.
+    const auto z = overhead_then_plain(0);
+    CHECK(z.timings[0].end == doctest::Approx(0.25));
+    CHECK(z.timings[1].start == doctest::Approx(0.25));
+    CHECK(z.timings[1].end == doctest::Approx(0.25));  // no overhead: done at once
   }
   {  // a short flow ends early and the long one speeds up: 100 B shared, then alone
     auto s = two_workers(false);
