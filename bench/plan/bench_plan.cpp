@@ -91,12 +91,15 @@ void row(const char* name, int seq, int global_batch, int repeats, const Cluster
   const double compute_share = all.attention_s[0] / (all.attention_s[0] + all.routed_s[0] + all.other_s[0]);
   const double a_bw = nic_gbps_per_gpu(p.attention_nics, p.attention_gpus, cluster);
   const double f_bw = nic_gbps_per_gpu(p.ffn_nics, p.ffn_gpus, cluster);
-  std::printf("%-16s %6d %5d %3d %4d %4d %4d %6.1f%% %6.1f%% %3d+%d %6.1f %6.1f %5.2fx %-9s %-3s %9.0f %-3s %5ld %4ld %7.2f %7.2f %7.1f %7.1f %7.1f\n",
-              name, seq, p.global_batch, p.allocation.groups, p.attention_gpus, p.ffn_gpus, idle, 100 * a_share,
-              100 * compute_share, p.allocation.attention_nics_per_node, p.allocation.ffn_nics_per_node, a_bw, f_bw, f_bw / a_bw,
-              std::string(to_string(p.predicted.bottleneck)).c_str(), p.ffn_roofline.network_bound() ? "yes" : "no",
-              p.predicted.tokens_per_second, p.allocation.recompute ? "on" : "off", p.milp_nodes, p.evaluations,
-              plan_t.wall_ms, plan_t.cpu_ms, whole_t.cpu_ms, enum_t.wall_ms, enum_t.cpu_ms);
+  std::printf(
+      "%-16s %6d %5d %3d %4d %4d %4d %6.1f%% %6.1f%% %3d+%d %6.1f %6.1f %5.2fx %-9s %-3s %9.0f %-3s %5ld "
+      "%4ld %7.2f %7.2f %7.1f %7.1f %7.1f\n",
+      name, seq, p.global_batch, p.allocation.groups, p.attention_gpus, p.ffn_gpus, idle, 100 * a_share,
+      100 * compute_share, p.allocation.attention_nics_per_node, p.allocation.ffn_nics_per_node, a_bw, f_bw,
+      f_bw / a_bw, std::string(to_string(p.predicted.bottleneck)).c_str(),
+      p.ffn_roofline.network_bound() ? "yes" : "no", p.predicted.tokens_per_second,
+      plan::to_string(p.allocation.recompute).c_str(), p.milp_nodes, p.evaluations, plan_t.wall_ms,
+      plan_t.cpu_ms, whole_t.cpu_ms, enum_t.wall_ms, enum_t.cpu_ms);
   for (const double milp : {p.seed_bound_seconds, whole.bound_seconds})
     if (!(std::abs(milp - e.bound_seconds) <= 1e-6 * e.bound_seconds)) {
       ++mismatches;

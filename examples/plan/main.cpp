@@ -28,9 +28,11 @@ using namespace disagmoe;
 
 void print_table(const plan::AdaptiveAllocator& allocator, const plan::Plan& p) {
   const plan::StepEstimate& e = p.predicted;
-  std::printf("%s on %s: seq %d, micro-batch %d, global batch %d sequences, recompute %s, fused combine + dispatch %s\n",
-              p.model.c_str(), p.cluster.c_str(), p.seq_len, p.micro_batch, p.global_batch,
-              p.allocation.recompute ? "on" : "off", p.allocation.fuse ? "on" : "off");
+  std::printf(
+      "%s on %s: seq %d, micro-batch %d, global batch %d sequences, recompute %s, fused combine + dispatch "
+      "%s\n",
+      p.model.c_str(), p.cluster.c_str(), p.seq_len, p.micro_batch, p.global_batch,
+      plan::to_string(p.allocation.recompute).c_str(), p.allocation.fuse ? "on" : "off");
   const int used = p.attention_gpus + p.ffn_gpus;
   std::printf("%-10s %6s %7s %6s %12s %10s %14s %16s %12s\n", "side", "GPUs", "share", "NICs", "NIC GB/s/GPU",
               "group", "busy ms/mb", "memory GB/GPU", "intensity");
@@ -79,8 +81,10 @@ void print_table(const plan::AdaptiveAllocator& allocator, const plan::Plan& p) 
 }
 
 void print_recommendation(const schedule::Recommendation& r) {
-  std::printf("simulated, best layout of each schedule:\n%-12s %-36s %10s %8s\n", "schedule", "layout", "step ms",
-              "fits");
+  std::printf(
+      "simulated, best layout of each schedule (step: the plan's batch at the simulated rate):\n%-12s %-36s "
+      "%10s %8s\n",
+      "schedule", "layout", "step ms", "fits");
   for (const auto& s : r.ranked)
     std::printf("%-12s %-36s %10.1f %8s\n", s.schedule.c_str(), s.layout.c_str(), s.step_seconds * 1e3,
                 s.fits ? "yes" : "no");

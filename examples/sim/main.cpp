@@ -111,12 +111,14 @@ json result_json(const ds::Simulated& s, const disagmoe::ModelSpec& m, const dis
           {"ops", r.ops}};
 }
 
+// `ref`: the first row's tokens/s. Rows compare by rate: each layout runs whole waves of
+// its width, so steps can carry different tokens (ds::batch_seconds).
 void print_row(const ds::Simulated& s, double ref) {
   const auto& r = s.result;
   std::printf("%-12s %-36s %10.1f %12.0f %6.1f%% %7.1f%% %10.1f %8.1f %6.2fx%s\n", s.schedule.name.c_str(),
-              s.layout.c_str(), r.step_seconds * 1e3, r.tokens_per_second, r.mfu * 100, r.bubble_fraction * 100,
-              r.exposed_comm_seconds * 1e3, r.peak_memory_bytes / 1e9, ref > 0 ? ref / r.step_seconds : 1.0,
-              s.fits ? "" : "  (exceeds HBM)");
+              s.layout.c_str(), r.step_seconds * 1e3, r.tokens_per_second, r.mfu * 100,
+              r.bubble_fraction * 100, r.exposed_comm_seconds * 1e3, r.peak_memory_bytes / 1e9,
+              ref > 0 ? r.tokens_per_second / ref : 1.0, s.fits ? "" : "  (exceeds HBM)");
 }
 
 }  // namespace
@@ -239,7 +241,7 @@ int main(int argc, char** argv) {
       // A plan is only valid for the model, cluster and sequence length it was made for.
       const auto pa = dz::plan::allocation_from_json(*plan_json, m, c, plan_file + ":$");
       af = ds::af_layout(pa);
-      cost.memory.recompute = cost.memory.recompute || pa.recompute;
+      cost.memory.recompute = pa.recompute;  // the plan's recomputation, side by side
       knobs.af_fuse = pa.fuse;  // the plan's stage-alignment choice
     }
     if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
@@ -259,7 +261,7 @@ int main(int argc, char** argv) {
     // Notes on fallbacks, printed once a step was simulated: an error stays one line.
     std::vector<std::string> notes;
     std::optional<ds::AfLayout> planned;
-    bool planned_recompute = false;
+    dz::plan::Recompute planned_recompute{};
     if (!af && !search_layout && af_mode) {
       try {
         const bool planners_run = micro_batches == 0 && knobs.af_group_size == 0 && !cost.embedding_head;
@@ -269,7 +271,7 @@ int main(int argc, char** argv) {
                           "(it simulates its own micro-batches and ping-pong group, without the embedding and "
                           "head: --micro-batches, --af-group-size and --embedding-head set them here)");
         planned = ds::af_layout(pa);
-        if (pa.recompute) planned_recompute = true;
+        planned_recompute = pa.recompute;
         knobs.af_fuse = pa.fuse;
       } catch (const disagmoe::ConfigError& e) {
         // No allocation fits the planner's memory model (the simulator's too): say so and
@@ -290,7 +292,7 @@ int main(int argc, char** argv) {
         if (n == "afpipe" && planned) {
           try {
             ds::CostOptions pc = cost;  // the plan's recomputation, as planned_simulation sets it
-            pc.memory.recompute = pc.memory.recompute || planned_recompute;
+            pc.memory.recompute = planned_recompute;
             runs.push_back(ds::simulate_best(n, m, c, pc, knobs, stages, planned));
             continue;
           } catch (const disagmoe::ConfigError& e) {
@@ -329,7 +331,7 @@ int main(int argc, char** argv) {
                 m.seq_len, m.micro_batch, global_batch);
     std::printf("%-12s %-36s %10s %12s %7s %8s %10s %8s %7s\n", "schedule", "layout", "step ms", "tokens/s", "MFU",
                 "bubble", "exp.comm", "mem GB", "vs 1st");
-    for (const auto& r : runs) print_row(r, head.result.step_seconds);
+    for (const auto& r : runs) print_row(r, head.result.tokens_per_second);
     // Idle time by what it waits for: transfers (network) apart from a peer's compute
     // (imbalance, fill and drain), per side.
     std::printf("per side, mean seconds per GPU: busy / idle behind transfers (bytes + latency) / behind peers' "

@@ -168,4 +168,20 @@ TEST_CASE("a plan read back is the planner's allocation; anything else is a name
   ModelSpec longer = m;
   longer.seq_len *= 2;
   CHECK(error_of([&] { plan::allocation_from_json(j, longer, c); }).starts_with("$.seq_len = "));
+  // Recomputation per side, and the one bool of plans written before it was per side.
+  Json a = j.at("allocation");
+  a["recompute"] = {{"attention", false}, {"ffn", true}};
+  CHECK(plan::allocation_from_json(a, m, c).recompute == plan::Recompute{false, true});
+  a["recompute"] = Json::object({{"ffn", true}});  // a missing side does not recompute
+  CHECK(plan::allocation_from_json(a, m, c).recompute == plan::Recompute{false, true});
+  a["recompute"] = true;
+  CHECK(plan::allocation_from_json(a, m, c).recompute == plan::Recompute{true, true});
+  plan::Allocation mixed = p.allocation;
+  mixed.recompute = {true, false};
+  CHECK(plan::allocation_from_json(plan::detail::to_json(mixed), m, c) == mixed);
+  a["recompute"] = {{"attention", true}, {"experts", true}};
+  CHECK(error_of([&] { plan::allocation_from_json(a, m, c); }) ==
+        "$.recompute.experts = \"(unknown key)\": expected attention or ffn");
+  a["recompute"] = "yes";
+  CHECK(error_of([&] { plan::allocation_from_json(a, m, c); }).starts_with("$.recompute = "));
 }

@@ -114,7 +114,7 @@ TEST_CASE("AnalyticModel: busy times equal a recount from layer costs (tiny mode
   PlanOptions o;
   o.global_batch = 16;
   const AnalyticModel model(m, c, o);
-  const Allocation x{1, 2, 2, 1, 3, false};  // p=1: A group 4 GPUs, F group 4 GPUs; 2 and 6 NICs
+  const Allocation x{1, 2, 2, 1, 3};  // p=1: A group 4 GPUs, F group 4 GPUs; 2 and 6 NICs
   REQUIRE(model.valid(x));
   const StepEstimate e = model.estimate(x);
   const double peak = c.gpu.peak_flops(m.dtype);
@@ -144,8 +144,61 @@ TEST_CASE("AnalyticModel: busy times equal a recount from layer costs (tiny mode
   CHECK(e.waves == 8.0 / 4);  // 16 sequences = 8 micro-batches of 2, over an A group of 4
   CHECK(e.step_seconds >= 8 * e.bound_seconds);
   CHECK(e.tokens_per_second == doctest::Approx(16 * 64 / e.step_seconds));
-  CHECK_THROWS_AS((void)model.estimate(Allocation{1, 2, 2, 3, 3, false}), ConfigError);  // 6 NICs > 4
-  CHECK_THROWS_AS((void)model.estimate(Allocation{3, 2, 2, 1, 3, false}), ConfigError);  // p=3 > layers
+  CHECK_THROWS_AS((void)model.estimate(Allocation{1, 2, 2, 3, 3}), ConfigError);  // 6 NICs > 4
+  CHECK_THROWS_AS((void)model.estimate(Allocation{3, 2, 2, 1, 3}), ConfigError);  // p=3 > layers
+}
+
+TEST_CASE("recomputation per side: each side's compute and memory follow its own setting only") {
+  ModelSpec m = test::tiny_model();
+  m.seq_len = 64;
+  const ClusterSpec c = small_cluster(2, 4, 4);
+  PlanOptions o;
+  o.global_batch = 16;
+  const AnalyticModel model(m, c, o);
+  const double peak = c.gpu.peak_flops(m.dtype);
+  double fa = 0, fa_fwd = 0, ff = 0, ff_fwd = 0;
+  for (int l = 0; l < 2; ++l) {
+    const LayerCost lc = layer_cost(m, l, DispatchOptions{4, true, 0});
+    fa += lc.attention_side().total();
+    fa_fwd += lc.attention_side().forward;
+    ff += lc.ffn_side().total();
+    ff_fwd += lc.ffn_side().forward;
+  }
+  const Allocation off{1, 2, 2, 1, 3};
+  for (const Recompute rc :
+       {Recompute{false, false}, Recompute{true, false}, Recompute{false, true}, Recompute{true, true}}) {
+    Allocation x = off;
+    x.recompute = rc;
+    INFO(model.describe_allocation(x));
+    REQUIRE(model.valid(x));
+    const StepEstimate e = model.estimate(x);
+    // A recomputing side runs its forward twice (Korthikanti et al. 2022 §5); the other is untouched.
+    CHECK(e.attention_seconds == doctest::Approx((fa + (rc.attention ? fa_fwd : 0)) / (peak * 0.5) / 4));
+    CHECK(e.ffn_seconds == doctest::Approx((ff + (rc.ffn ? ff_fwd : 0)) / (peak * 0.45) / 4));
+    CHECK(model.bound_seconds(x, model.pair_sums(1)) == doctest::Approx(e.bound_seconds).epsilon(1e-12));
+    // Memory: each worker's activations are those of its own setting, as if both sides had it.
+    Allocation a_only = off, f_only = off;
+    a_only.recompute = Recompute::both(rc.attention);
+    f_only.recompute = Recompute::both(rc.ffn);
+    CHECK(e.memory.attention_worker.activations == model.memory(a_only).attention_worker.activations);
+    CHECK(e.memory.ffn_worker.activations == model.memory(f_only).ffn_worker.activations);
+  }
+  const double t = double(m.tokens_per_micro_batch()), bytes = bytes_of(m.dtype);
+  Allocation x = off;
+  x.recompute = {true, false};
+  const double in_flight = model.attention_in_flight(1, 2);
+  // Recomputing, an A worker keeps T·d per layer and micro-batch in flight (2 layers).
+  CHECK(model.memory(x).attention_worker.activations ==
+        doctest::Approx(2 * in_flight * t * m.hidden * bytes));
+  CHECK(model.describe_allocation(x).find("recompute=A ") != std::string::npos);
+  x.recompute = {false, true};
+  CHECK(model.describe_allocation(x).find("recompute=F ") != std::string::npos);
+  // The policy applies to each side: kOff and kOn admit only their own setting.
+  PlanOptions on = o;
+  on.recompute = RecomputePolicy::kOn;
+  CHECK_FALSE(AnalyticModel(m, c, on).valid(x));
+  x.recompute = Recompute::both(true);
+  CHECK(AnalyticModel(m, c, on).valid(x));
 }
 
 namespace {
@@ -236,7 +289,7 @@ TEST_CASE("F groups whose size does not divide the experts: the busiest GPU (cei
   const AnalyticModel model(m, small_cluster(1, 8, 0), o);
   REQUIRE(model.valid_ffn(1, 3));       // g = 3 does not divide 4: allowed
   CHECK_FALSE(model.valid_ffn(1, 5));   // g = 5 > E: an F GPU without an expert
-  const Allocation x{1, 2, 3, 0, 0, false};
+  const Allocation x{1, 2, 3, 0, 0};
   REQUIRE(model.valid(x));
   const double peak = small_cluster(1, 8, 0).gpu.peak_flops(m.dtype);
   double routed = 0, other = 0;

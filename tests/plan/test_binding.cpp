@@ -20,7 +20,7 @@ dp::AnalyticModel qwen(double hbm) {
   c.gpu.hbm_bytes = hbm;
   return dp::AnalyticModel(m, c, {});
 }
-const dp::Allocation kX{32, 2, 6, 4, 4, true};
+const dp::Allocation kX{32, 2, 6, 4, 4, dp::Recompute::both(true)};
 }  // namespace
 
 TEST_CASE("binding: F memory forces the F GPUs when every split with more A GPUs overflows F") {
@@ -34,7 +34,7 @@ TEST_CASE("binding: F memory forces the F GPUs when every split with more A GPUs
   for (int p = 1; p <= model.max_groups(); ++p)
     for (bool rc : {false, true})
       for (int a = 3; a < 8; ++a) {
-        const dp::Allocation y{p, a, 8 - a, 4, 4, rc};
+        const dp::Allocation y{p, a, 8 - a, 4, 4, dp::Recompute::both(rc)};
         if (!model.valid(y)) continue;
         ++valid;
         CHECK_FALSE(model.memory(y).ffn_fits());
@@ -53,7 +53,7 @@ TEST_CASE("binding: with room in HBM the split is balanced or the search's, neve
   CHECK(b.text.rfind("A compute", 0) == 0);
   // A plan on 7 of 8 GPUs per node leaves one per node idle.
   dp::SearchResult r;
-  r.seed = r.best = {16, 2, 5, 4, 4, true};
+  r.seed = r.best = {16, 2, 5, 4, 4, dp::Recompute::both(true)};
   const dp::Plan p = dp::make_plan(model, r.best, r, 0, 0);
   CHECK(p.idle_gpus == 16);
 }

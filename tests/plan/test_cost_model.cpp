@@ -129,14 +129,18 @@ TEST_CASE("tiny model: activation bytes equal a per-tensor hand count") {
   CHECK(attention_activation_bytes(m, 0, o) == 56 * 2 * 8 + 64);
   o.flash_attention = false;  // + h·s²·b scores
   CHECK(attention_activation_bytes(m, 1, o) == 60 * 2 * 8 + 2 * 16 * 2 * 2);
-  o.recompute = true;
+  o.recompute.ffn = true;  // the other side's setting changes nothing here
+  CHECK(attention_activation_bytes(m, 1, o) == 60 * 2 * 8 + 2 * 16 * 2 * 2);
+  o.recompute.attention = true;
   CHECK(attention_activation_bytes(m, 1, o) == 8 * 8 * 2);
   MemoryOptions f;
   DispatchOptions no_dedup{2, false, 0};
   // F side MoE: routed 2·(2·8 + 3·6) = 68, shared 1·(8 + 9) = 17 → 85 elements per token.
   CHECK(ffn_activation_bytes(m, 1, f, no_dedup) == 85 * 2 * 8);
   CHECK(ffn_activation_bytes(m, 0, f, no_dedup) == (8 + 48) * 2 * 8);
-  f.recompute = true;
+  f.recompute.attention = true;
+  CHECK(ffn_activation_bytes(m, 1, f, no_dedup) == 85 * 2 * 8);
+  f.recompute.ffn = true;
   CHECK(ffn_activation_bytes(m, 1, f, no_dedup) == 8 * 2 * 8 * 2);
 }
 

@@ -43,7 +43,7 @@ TEST_CASE("link bytes by hand: fused sends the next layer's rows across the NIC,
   const double t = double(m.tokens_per_micro_batch()), row = t * row_bytes(m);
   const double rows = expected_distinct_gpus(m.experts, m.top_k, 4);
   for (bool fuse : {true, false}) {
-    const Allocation x{2, 4, 4, 2, 2, false, fuse};
+    const Allocation x{2, 4, 4, 2, 2, {}, fuse};
     REQUIRE(model.valid(x));
     INFO("fuse " << fuse);
     // Pair 0 = layer 0 (dense: one row per token to F), not the last layer.
@@ -59,7 +59,7 @@ TEST_CASE("link bytes by hand: fused sends the next layer's rows across the NIC,
     CHECK(b1.ffn_nvlink == doctest::Approx(2 * rows * row));  // 4 experts on 4 F GPUs: no busiest excess
   }
   // p = 1: there is no next pair; fusion changes nothing.
-  const Allocation one{1, 4, 2, 2, 2, false, true};
+  const Allocation one{1, 4, 2, 2, 2, {}, true};
   Allocation unfused = one;
   unfused.fuse = false;
   CHECK(model.estimate(one).step_seconds == model.estimate(unfused).step_seconds);

@@ -73,11 +73,23 @@ TEST_CASE("recomputation trades activation memory for one extra forward") {
   const auto m = disagmoe::model_preset("gpt-oss-120b");
   const auto c = disagmoe::cluster_preset("h800x128");
   ds::CostOptions a, b;
-  b.memory.recompute = true;
+  b.memory.recompute = disagmoe::plan::Recompute::both(true);
   const auto x = ds::colocated_problem(m, c, {4}, a).layers[3];
   const auto y = ds::colocated_problem(m, c, {4}, b).layers[3];
   CHECK(y.attn_bwd == doctest::Approx(x.attn_bwd + x.attn_fwd));
   CHECK(y.expert_bwd == doctest::Approx(x.expert_bwd + x.expert_fwd));
+  // Each side on its own: only its backward and its activations change.
+  for (const bool attention : {true, false}) {
+    ds::CostOptions one;
+    one.memory.recompute = {attention, !attention};
+    const auto z = ds::colocated_problem(m, c, {4}, one).layers[3];
+    CHECK(z.attn_bwd == doctest::Approx(attention ? y.attn_bwd : x.attn_bwd));
+    CHECK(z.expert_bwd == doctest::Approx(attention ? x.expert_bwd : y.expert_bwd));
+    CHECK(z.attn_activation_bytes == (attention ? y : x).attn_activation_bytes);
+    CHECK(z.expert_activation_bytes == (attention ? x : y).expert_activation_bytes);
+    CHECK(z.attn_fwd == x.attn_fwd);
+    CHECK(z.expert_fwd == x.expert_fwd);
+  }
   CHECK(y.attn_activation_bytes < x.attn_activation_bytes);
   CHECK(y.expert_activation_bytes < x.expert_activation_bytes);
 }
@@ -113,7 +125,7 @@ TEST_CASE("the simulator is a plan::step_time_oracle: same value as a direct sim
   const double t = oracle.step_seconds(a);
   CHECK(std::isfinite(t));
   CHECK(t == ds::simulated_step_seconds(m, c, {2, 4, 4, 3, 5}, o));
-  a.recompute = true;  // one more forward per backward: strictly slower
+  a.recompute = dp::Recompute::both(true);  // one more forward per backward: strictly slower
   CHECK(oracle.step_seconds(a) > t);
   a.groups = 3;  // 8 A GPUs do not split into 3 groups
   CHECK(std::isinf(oracle.step_seconds(a)));

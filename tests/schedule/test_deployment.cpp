@@ -221,7 +221,7 @@ TEST_CASE("colocated search: the best deployment equals brute force over depth, 
           for (bool rc : {false, true}) {
             ds::CostOptions oo = o;
             oo.memory.zero1 = zero;
-            oo.memory.recompute = rc;
+            oo.memory.recompute = disagmoe::plan::Recompute::both(rc);
             try {
               const auto s = ds::build_schedule(name, ds::colocated_problem(m, c, {p, ep, true}, oo));
               const auto r = ds::simulate(s);

@@ -38,9 +38,11 @@ dp::AdaptiveAllocator deepseek_16k(bool kernels = true) {
 }
 
 // The simulator's AF-Pipe step on allocation `x`, through simulate_best (the path of
-// disagmoe-sim --plan and the recommendation), not through the oracle.
+// disagmoe-sim --plan and the recommendation), not through the oracle: the plan's batch
+// at the simulated rate (tokens per step over tokens/s).
 double simulated(const dp::AnalyticModel& model, const dp::Allocation& x) {
-  return ds::simulate_plan(model, x).result.step_seconds;
+  return double(model.options().global_batch) * model.model().seq_len /
+         ds::simulate_plan(model, x).result.tokens_per_second;
 }
 
 // An oracle that cannot run anywhere.

@@ -52,21 +52,31 @@ TEST_CASE("verdict: speedup over the runner-up and the largest term of the gap, 
 }
 
 namespace {
+// A schedule as the oracle sees it: seconds of the plan's batch at its simulated rate,
+// batch tokens over tokens/s (steps of different layouts carry different tokens).
+struct Entry {
+  std::string schedule;
+  double seconds = 0;
+};
 struct Oracle {
-  ds::RankedSchedule af;
-  ds::RankedSchedule colocated;  // the best of the list
+  Entry af;
+  Entry colocated;  // the best of the list
 };
 // Every schedule simulated on its own, as a user would with disagmoe-sim.
 Oracle enumerate(const dp::AnalyticModel& model, const dp::Allocation& x, const std::vector<std::string>& names) {
+  const double tokens = double(model.options().global_batch) * model.model().seq_len;
+  const auto entry = [&](const ds::Simulated& s) {
+    return Entry{s.schedule.name, tokens / s.result.tokens_per_second};
+  };
   Oracle o;
-  o.af = ds::ranked_schedule(ds::simulate_plan(model, x));
+  o.af = entry(ds::simulate_plan(model, x));
   ds::CostOptions base = ds::cost_options(model.options(), model.model(), x);
-  base.memory.recompute = false;
+  base.memory.recompute = {};
   bool first = true;
   for (const auto& n : names) {
-    const auto r = ds::ranked_schedule(ds::simulate_best(n, model.model(), model.cluster(), base));
-    REQUIRE(r.fits);
-    if (first || r.step_seconds < o.colocated.step_seconds) o.colocated = r;
+    const ds::Simulated s = ds::simulate_best(n, model.model(), model.cluster(), base);
+    REQUIRE(s.fits);
+    if (first || entry(s).seconds < o.colocated.seconds) o.colocated = entry(s);
     first = false;
   }
   return o;
@@ -90,17 +100,20 @@ TEST_CASE("recommend: each side wins where the enumeration says it must") {
     const dp::Plan plan = dp::AdaptiveAllocator(m, c, o).plan();
     const Oracle want = enumerate(model, plan.allocation, names);
     const ds::Recommendation r = ds::recommend(model, plan.allocation, names);
-    const bool af_wins = want.af.step_seconds < want.colocated.step_seconds;
+    const bool af_wins = want.af.seconds < want.colocated.seconds;
     CHECK(af_wins == (batch == 64));
     const auto& win = af_wins ? want.af : want.colocated;
     const auto& lose = af_wins ? want.colocated : want.af;
     CHECK(r.schedule == win.schedule);
     CHECK(r.runner_up == lose.schedule);
-    CHECK(r.step_seconds == win.step_seconds);
-    CHECK(r.speedup == doctest::Approx(lose.step_seconds / win.step_seconds));
+    CHECK(r.step_seconds == doctest::Approx(win.seconds).epsilon(1e-12));
+    CHECK(r.speedup == doctest::Approx(lose.seconds / win.seconds));
     REQUIRE(r.ranked.size() == names.size() + 1);
     CHECK(r.ranked.front().schedule == r.schedule);
     CHECK(std::is_sorted(r.ranked.begin(), r.ranked.end(),
                          [](const auto& a, const auto& b) { return a.step_seconds < b.step_seconds; }));
+    // Each entry's time breakdown is scaled with its step: busy + idle is still the step.
+    for (const ds::RankedSchedule& e : r.ranked)
+      CHECK(e.job.busy_seconds + e.job.idle.total() == doctest::Approx(e.step_seconds).epsilon(1e-9));
   }
 }

@@ -31,13 +31,13 @@ struct MilpSeed {
   milp::Status status = milp::Status::kInfeasible;  ///< status of the solve
 };
 
-/// Solves the allocation MILP (every allowed recompute setting in one program, with
+/// Solves the allocation MILP (every allowed recompute setting of each side in one program, with
 /// the even-NIC-split cutoff of build_allocation_milp; `prune` = false solves the
 /// whole program). Throws SolverError when the solve ends neither optimal nor infeasible.
 inline MilpSeed solve_allocation_milp(const AnalyticModel& model, const milp::Options& options = {},
                                       bool prune = true) {
   MilpSeed seed;
-  const AllocationMilp f = build_allocation_milp(model, -1, prune);
+  const AllocationMilp f = build_allocation_milp(model, prune);
   const milp::Result r = milp::solve(f.problem, options);
   seed.nodes = r.nodes;
   seed.status = r.status;

@@ -43,11 +43,12 @@ constexpr std::string_view to_string(Bottleneck b) {
   }
 }
 
-/// Whether activations are recomputed (Korthikanti et al. 2022, full recomputation).
+/// Whether activations are recomputed (Korthikanti et al. 2022, full recomputation),
+/// applied to each side on its own (Recompute).
 enum class RecomputePolicy {
-  kAuto,  ///< plan both ways, keep the faster plan that fits
+  kAuto,  ///< plan each side both ways, keep the fastest plan that fits
   kOff,   ///< never recompute
-  kOn,    ///< always recompute (one extra forward pass: compute × 4/3)
+  kOn,    ///< always recompute on both sides (one extra forward pass: compute × 4/3)
 };
 
 /// Knobs of the planner. All explicit; defaults documented per field.
@@ -122,7 +123,9 @@ struct Allocation {
   int ffn_gpus_per_node = 1;        ///< GPUs per node given to F workers
   int attention_nics_per_node = 0;  ///< NICs per node given to A workers (0 on one node)
   int ffn_nics_per_node = 0;        ///< NICs per node given to F workers (0 on one node)
-  bool recompute = false;           ///< full activation recomputation
+  /// Full activation recomputation per side: an A or F worker recomputes only when its
+  /// own memory needs it, and only its own compute pays the extra forward pass.
+  Recompute recompute{};
   /// AF-Pipe's stage alignment: F_l returns layer l's output straight to A_{l+1}, fused
   /// with the dispatch of layer l + 1 (DisagMoE, arXiv 2605.11005, AF-Pipe "Stage
   /// alignment"); false: F_l returns to A_l over the pair's own links and A_l hands one
@@ -263,10 +266,12 @@ class AnalyticModel {
     if (c_.nodes == 1) return na == 0 && nf == 0;
     return na >= 1 && nf >= 1 && na + nf <= c_.nics_per_node;
   }
-  /// Structural validity of `x` (counts, divisibility, recompute policy).
+  /// Structural validity of `x` (counts, divisibility, recompute policy on each side).
   [[nodiscard]] bool valid(const Allocation& x) const {
-    if (o_.recompute == RecomputePolicy::kOff && x.recompute) return false;
-    if (o_.recompute == RecomputePolicy::kOn && !x.recompute) return false;
+    const auto allowed = [&](bool rc) {
+      return o_.recompute == RecomputePolicy::kAuto || rc == (o_.recompute == RecomputePolicy::kOn);
+    };
+    if (!allowed(x.recompute.attention) || !allowed(x.recompute.ffn)) return false;
     return x.attention_gpus_per_node + x.ffn_gpus_per_node <= c_.gpus_per_node && valid_attention(x.groups, x.attention_gpus_per_node) &&
            valid_ffn(x.groups, x.ffn_gpus_per_node) && valid_nics(x.attention_nics_per_node, x.ffn_nics_per_node);
   }
@@ -350,20 +355,22 @@ class AnalyticModel {
   [[nodiscard]] double pair_in_flight(int a) const {
     return std::min(double(micro_batches_), 4.0 * c_.nodes * a);
   }
-  /// Largest A worker over the pairs for p pairs, a A GPUs per node. O(layers).
+  /// Largest A worker over the pairs for p pairs, a A GPUs per node, recomputing when
+  /// `rc`. O(layers).
   [[nodiscard]] MemoryBytes attention_memory(int p, int a, bool rc) const {
     MemoryBytes worst;
     for (const WorkerLoad& w : loads(p, group_size(p, a), 1, attention_in_flight(p, a), 0)) {
-      const MemoryBytes b = attention_worker_memory(m_, w, memory_options(rc));
+      const MemoryBytes b = attention_worker_memory(m_, w, memory_options({rc, false}));
       if (b.total() > worst.total()) worst = b;
     }
     return worst;
   }
-  /// F worker memory of pair i for p pairs, f F GPUs per node, as static bytes plus
-  /// bytes per micro-batch in flight through the pair (it is linear in that). O(layers).
+  /// F worker memory of pair i for p pairs, f F GPUs per node, recomputing when `rc`,
+  /// as static bytes plus bytes per micro-batch in flight through the pair (it is linear
+  /// in that). O(layers).
   [[nodiscard]] std::vector<std::pair<double, double>> ffn_memory_terms(int p, int f, bool rc) const {
     std::vector<std::pair<double, double>> terms;
-    const MemoryOptions mo = memory_options(rc);
+    const MemoryOptions mo = memory_options({false, rc});
     for (const WorkerLoad& w0 : loads(p, 1, group_size(p, f), 1, 0)) {
       WorkerLoad w1 = w0;
       w1.ffn_in_flight = 1;
@@ -430,8 +437,8 @@ class AnalyticModel {
     for (const PairSums& s : sums) {
       const double bytes_a = 2 * t * (s.dense_row_bytes + s.moe_row_bytes * rows);
       const double bytes_f = 2 * t * (s.dense_row_bytes + s.moe_row_bytes * rows * imb);
-      bound = std::max({bound, s.attention_s[x.recompute] / ga,
-                        s.routed_s[x.recompute] * share + s.other_s[x.recompute] / gf,
+      const int ra = x.recompute.attention, rf = x.recompute.ffn;
+      bound = std::max({bound, s.attention_s[ra] / ga, s.routed_s[rf] * share + s.other_s[rf] / gf,
                         bytes_a / bw_a + ea * ring_all_reduce_bytes(s.attention_params * gb, ga),
                         bytes_f / bw_f + ef * ring_all_reduce_bytes(s.ffn_params * gb, gf)});
     }
@@ -476,8 +483,8 @@ class AnalyticModel {
     for (int i = 0; i < p; ++i) {
       double ta = 0, tf = 0, bytes_a = 0, bytes_f = 0, params_a = edge_params(p, i), params_f = 0;
       for (int l : groups[i]) {
-        ta += attention_s_[x.recompute][l];
-        tf += routed_s_[x.recompute][l] * share + other_s_[x.recompute][l] / gf;
+        ta += attention_s_[x.recompute.attention][l];
+        tf += routed_s_[x.recompute.ffn][l] * share + other_s_[x.recompute.ffn][l] / gf;
         const double moe = m_.is_moe_layer(l);
         bytes_a += 2 * t * row_bytes_per_token_[l] * (moe ? rows : 1);
         // The busiest F GPU receives and returns `imb` times the mean rows (the simulator's
@@ -565,15 +572,15 @@ class AnalyticModel {
   /// over the planner's allocations on the test grid (tests/schedule/test_plan_sim.cpp).
   static constexpr double kCommOverlap = 0.8;
 
-  /// "p=4 A=3/node(4 NIC) F=5/node(4 NIC) recompute=off fuse=on" for messages.
+  /// "p=4 A=3/node(4 NIC) F=5/node(4 NIC) recompute=F fuse=on" for messages.
   [[nodiscard]] std::string describe_allocation(const Allocation& x) const {
     return "p=" + std::to_string(x.groups) + " A=" + std::to_string(x.attention_gpus_per_node) + "/node(" +
-           std::to_string(x.attention_nics_per_node) + " NIC) F=" + std::to_string(x.ffn_gpus_per_node) + "/node(" +
-           std::to_string(x.ffn_nics_per_node) + " NIC) recompute=" + (x.recompute ? "on" : "off") +
+           std::to_string(x.attention_nics_per_node) + " NIC) F=" + std::to_string(x.ffn_gpus_per_node) +
+           "/node(" + std::to_string(x.ffn_nics_per_node) + " NIC) recompute=" + to_string(x.recompute) +
            " fuse=" + (x.fuse ? "on" : "off");
   }
 
-  /// Recompute settings the policy allows, off first.
+  /// Recompute settings the policy allows for either side, off first.
   [[nodiscard]] std::vector<bool> recompute_choices() const {
     switch (o_.recompute) {
       case RecomputePolicy::kOff: return {false};
@@ -592,7 +599,7 @@ class AnalyticModel {
     if (i == (m_.layers - 1) % p) extra += m_.hidden + ((m_.tied_embeddings && i == 0) ? 0 : vd);
     return extra;
   }
-  [[nodiscard]] MemoryOptions memory_options(bool rc) const {
+  [[nodiscard]] MemoryOptions memory_options(Recompute rc) const {
     MemoryOptions mo = o_.memory;
     mo.recompute = rc;
     return mo;
@@ -637,24 +644,25 @@ class AnalyticModel {
 };
 
 /// Calls `f(x)` for every valid allocation of `model` (p, GPUs and NICs per node,
-/// recompute, fusion: on first). O(p_max · gpn² · nics² · 4) calls.
+/// recompute on each side, fusion: on first). O(p_max · gpn² · nics² · 8) calls.
 template <class F>
 void for_each_allocation(const AnalyticModel& model, F&& f) {
   const ClusterSpec& c = model.cluster();
   const int nic_max = c.nodes == 1 ? 0 : c.nics_per_node;
-  for (bool rc : model.recompute_choices())
-    for (int p = 1; p <= model.max_groups(); ++p)
-      for (int a = 1; a < c.gpus_per_node; ++a) {
-        if (!model.valid_attention(p, a)) continue;
-        for (int fg = 1; a + fg <= c.gpus_per_node; ++fg) {
-          if (!model.valid_ffn(p, fg)) continue;
-          for (int na = 0; na <= nic_max; ++na)
-            for (int nf = 0; na + nf <= nic_max; ++nf) {
-              if (!model.valid_nics(na, nf)) continue;
-              for (bool fuse : {true, false}) f(Allocation{p, a, fg, na, nf, rc, fuse});
-            }
+  for (bool ra : model.recompute_choices())
+    for (bool rf : model.recompute_choices())
+      for (int p = 1; p <= model.max_groups(); ++p)
+        for (int a = 1; a < c.gpus_per_node; ++a) {
+          if (!model.valid_attention(p, a)) continue;
+          for (int fg = 1; a + fg <= c.gpus_per_node; ++fg) {
+            if (!model.valid_ffn(p, fg)) continue;
+            for (int na = 0; na <= nic_max; ++na)
+              for (int nf = 0; na + nf <= nic_max; ++nf) {
+                if (!model.valid_nics(na, nf)) continue;
+                for (bool fuse : {true, false}) f(Allocation{p, a, fg, na, nf, {ra, rf}, fuse});
+              }
+          }
         }
-      }
 }
 
 /// The result of searching allocations by exhaustive enumeration.

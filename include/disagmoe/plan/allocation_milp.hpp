@@ -1,27 +1,28 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file allocation_milp.hpp
 /// The GPU/NIC split between attention and FFN groups, the number of group pairs and
-/// recomputation as one mixed-integer linear program (DisagMoE, arXiv 2605.11005, "Adaptive worker
-/// allocation"), solved by the library's branch and bound (milp/, see
-/// adaptive_allocator.hpp).
+/// each side's recomputation as one mixed-integer linear program (DisagMoE, arXiv 2605.11005, "Adaptive
+/// worker allocation"), solved by the library's branch and bound (milp/, see adaptive_allocator.hpp).
 ///
 /// The 1/x terms of the stage time (group sizes Na/p and Nf/p and link capacities in
 /// denominators) are linearised by selecting among candidate sizes with binaries, one
-/// per side, each indexed by its own size and by the choices both sides share: p, the
-/// recompute setting r and k, which fixes both sides' links. Across nodes k is the F
+/// per side, each indexed by its own size and recompute setting (r_a, r_f: each side
+/// recomputes only for its own memory and pays only its own extra forward) and by the
+/// choices both sides share: p and k, which fixes both sides' links. Across nodes k is the F
 /// NICs per node and the A side gets the other K − k (a NIC left idle only lengthens a
 /// link time, so every NIC is used); on one node, where each side's links are its
 /// GPUs' own, k is the A GPUs per node. With N nodes of G GPUs and K NICs:
 ///
-///     s_{p,a,k,r}: A side, a GPUs per node     t_{p,f,k,r}: F side, f GPUs per node
-///     Σ s = 1;  Σ_a s_{p,a,k,r} = Σ_f t_{p,f,k,r}        ∀ (p, k, r)   (one consistent choice)
-///     Σ_{a >= θ} s_{p,a,k,r} <= Σ_{ρ_f >= θ} t_{p,f,k,r}  ∀ (p, k, r), θ (compatible sizes)
-///     S >= Σ CA_{p,a,r} · s                                             (A compute)
-///     S >= Σ TF_{p,f,k,r} · t                                           (F compute, F links)
-///     S >= Σ LA^i_{p,f,k} · t + Σ RA^i_{p,a,k,r} · s      ∀ pair i      (A links)
-///     min S                                                             (ms per micro-batch)
+///     s_{p,a,k,ra}: A side, a GPUs per node     t_{p,f,k,rf}: F side, f GPUs per node
+///     Σ s = 1;  Σ_{a,ra} s_{p,a,k,ra} = Σ_{f,rf} t_{p,f,k,rf}     ∀ (p, k)   (one consistent choice)
+///     Σ_{a >= θ} s_{p,a,k,ra} <= Σ_{ρ_{f,rf} >= θ} t_{p,f,k,rf}   ∀ (p, k), θ (compatible sizes)
+///     S >= Σ CA_{p,a,ra} · s                                               (A compute)
+///     S >= Σ TF_{p,f,k,rf} · t                                             (F compute, F links)
+///     S >= Σ LA^i_{p,f,k} · t + Σ RA^i_{p,a,k} · s          ∀ pair i       (A links)
+///     min S                                                                (ms per micro-batch)
 ///
-/// Every coefficient depends on one side's size and the shared (p, k, r) only, and is
+/// Every coefficient depends on one side's size and recompute setting and the shared
+/// (p, k) only, and is
 /// the slowest pair's (AnalyticModel::pair_sums): CA = max_i A compute of pair i; TF =
 /// max_i of F compute and F link time (A↔F bytes, which depend on the F group through
 /// the deduplicated rows and its busiest GPU's share of them, + the F group's gradient
@@ -32,15 +33,15 @@
 /// one with the head and one with the most MoE layers); row i holds the i-th of them
 /// for every p. No big-M anywhere.
 ///
-/// Compatibility: an F size f admits the A sizes 1..ρ_f, ρ_f = min(G − f, â) (GPUs per
-/// node; F memory, whose bytes are static + per micro-batch in flight, min(micro-batches,
-/// 2Na), growing with a, so â is a prefix bound). Nested neighbourhoods make the
+/// Compatibility: an F size f (recompute rf) admits the A sizes 1..ρ_{f,rf}, ρ = min(G − f, â)
+/// (GPUs per node; F memory, whose bytes are static + per micro-batch in flight,
+/// min(micro-batches, 4Na), growing with a, so â is a prefix bound). Nested neighbourhoods make the
 /// cumulative rows the exact, integral description of the compatible pairs (Hall's
 /// condition); aggregated rows (Σ a·s + Σ f·t <= G, Σ a·s <= Σ â·t) let the LP pair sizes
 /// across groups — measured on DeepSeek-MoE-16B and GPT-OSS-120B at 16K on h800x128, the
 /// root gap was 22–28% with them and 11–17% with the cumulative rows (2–5% with a stage
 /// variable per group as well, but twice the rows made each solve slower). A workers are
-/// checked per (p, a, r): a size that does not fit has no binary.
+/// checked per (p, a, ra): a size that does not fit has no binary.
 ///
 /// The optimum is the smallest StepEstimate::bound_seconds over all valid allocations
 /// that fit (tests check it against the exhaustive oracle enumerate_best_bound, which
@@ -87,14 +88,14 @@ inline std::vector<int> link_pairs(const std::vector<AnalyticModel::PairSums>& s
 
 /// The allocation MILP and how its variables map to allocations.
 struct AllocationMilp {
-  using Key = std::tuple<int, int, int, bool>;  ///< (p, side size per node, k, recompute)
-  using GroupKey = std::tuple<int, int, bool>;  ///< (p, k, recompute)
+  using Key = std::tuple<int, int, int, bool>;  ///< (p, side size per node, k, that side recomputes)
+  using GroupKey = std::tuple<int, int>;        ///< (p, k)
   milp::Problem problem;                        ///< the program (objective: ms per micro-batch)
   int stage_var = -1;                           ///< S
   bool multi_node = false;                      ///< k = F NICs per node (else A GPUs per node)
   int nics_per_node = 0;                        ///< K
-  std::map<Key, int> attention_var;             ///< (p, a, k, r) → s
-  std::map<Key, int> ffn_var;                   ///< (p, f, k, r) → t
+  std::map<Key, int> attention_var;             ///< (p, a, k, ra) → s
+  std::map<Key, int> ffn_var;                   ///< (p, f, k, rf) → t
 
   /// Scale of the objective: S [ms] = bound_seconds × kMs.
   static constexpr double kMs = 1e3;
@@ -109,9 +110,13 @@ struct AllocationMilp {
     Allocation a;
     int k = 0;
     for (const auto& [key, j] : attention_var)
-      if (x[static_cast<std::size_t>(j)] > 0.5) std::tie(a.groups, a.attention_gpus_per_node, k, a.recompute) = key;
+      if (x[static_cast<std::size_t>(j)] > 0.5)
+        std::tie(a.groups, a.attention_gpus_per_node, k, a.recompute.attention) = key;
     for (const auto& [key, j] : ffn_var)
-      if (x[static_cast<std::size_t>(j)] > 0.5) a.ffn_gpus_per_node = std::get<1>(key);
+      if (x[static_cast<std::size_t>(j)] > 0.5) {
+        a.ffn_gpus_per_node = std::get<1>(key);
+        a.recompute.ffn = std::get<3>(key);
+      }
     if (multi_node) {
       a.attention_nics_per_node = nics_per_node - k;
       a.ffn_nics_per_node = k;
@@ -125,8 +130,8 @@ struct AllocationMilp {
   [[nodiscard]] bool represents(const Allocation& a) const {
     if (multi_node && a.attention_nics_per_node + a.ffn_nics_per_node != nics_per_node) return false;
     const int k = shared_index(a);
-    return attention_var.count({a.groups, a.attention_gpus_per_node, k, a.recompute}) &&
-           ffn_var.count({a.groups, a.ffn_gpus_per_node, k, a.recompute});
+    return attention_var.count({a.groups, a.attention_gpus_per_node, k, a.recompute.attention}) &&
+           ffn_var.count({a.groups, a.ffn_gpus_per_node, k, a.recompute.ffn});
   }
 
   /// The solution vector of allocation `a` with S = `stage` ms (for checking the
@@ -136,18 +141,18 @@ struct AllocationMilp {
     x[static_cast<std::size_t>(stage_var)] = stage;
     if (!represents(a)) return x;
     const int k = shared_index(a);
-    x[static_cast<std::size_t>(attention_var.at({a.groups, a.attention_gpus_per_node, k, a.recompute}))] = 1;
-    x[static_cast<std::size_t>(ffn_var.at({a.groups, a.ffn_gpus_per_node, k, a.recompute}))] = 1;
+    x[static_cast<std::size_t>(
+        attention_var.at({a.groups, a.attention_gpus_per_node, k, a.recompute.attention}))] = 1;
+    x[static_cast<std::size_t>(ffn_var.at({a.groups, a.ffn_gpus_per_node, k, a.recompute.ffn}))] = 1;
     return x;
   }
 };
 
 /// Builds the allocation MILP of `model` over the recompute settings its policy allows
-/// (`only_recompute` = 0 or 1 restricts to that setting; -1 = all), with the cutoff of
-/// the file comment when `prune`. Coefficients come from AnalyticModel::pair_sums (once
-/// per p) and its memory terms (once per (p, a, r) and (p, f, r)).
-/// O(p_max · layers + binaries · p_max).
-inline AllocationMilp build_allocation_milp(const AnalyticModel& model, int only_recompute = -1, bool prune = false) {
+/// on each side, with the cutoff of the file comment when `prune`. Coefficients come
+/// from AnalyticModel::pair_sums (once per p) and its memory terms (once per (p, a, ra)
+/// and (p, f, rf)). O(p_max · layers + binaries · p_max).
+inline AllocationMilp build_allocation_milp(const AnalyticModel& model, bool prune = false) {
   using milp::kInf;
   using milp::VarType;
   const ClusterSpec& c = model.cluster();
@@ -165,10 +170,11 @@ inline AllocationMilp build_allocation_milp(const AnalyticModel& model, int only
   P.set_name("disagmoe_allocation");
   f.stage_var = P.add_var(0, kInf, 1.0, VarType::kContinuous, "S");
 
-  // Candidates of each choice group (p, k, r) with their coefficients (ms), collected
+  // Candidates of each choice group (p, k) with their coefficients (ms), collected
   // first so that a cutoff can drop those that cannot be optimal before the program is built.
   struct Side {
     int size = 0;               // a or f, GPUs per node
+    bool rc = false;            // this side recomputes
     int reach = 0;              // F: largest A size it admits (GPUs and F memory)
     double stage = 0;           // CA (A) or TF (F)
     std::vector<double> link;   // per pair slot: RA (A) or LA (F)
@@ -183,16 +189,26 @@ inline AllocationMilp build_allocation_milp(const AnalyticModel& model, int only
     return multi ? model.side_bandwidth(p, 0, nics - k) : model.side_bandwidth(p, k, 0);
   };
 
-  for (bool rc : model.recompute_choices()) {
-    if (only_recompute >= 0 && rc != bool(only_recompute)) continue;
-    for (int p = 1; p <= model.max_groups(); ++p) {
-      std::vector<int> as, fs, a_max;
+  const std::vector<bool> choices = model.recompute_choices();
+  for (int p = 1; p <= model.max_groups(); ++p) {
+    struct Size {
+      int size;
+      bool rc;
+      int reach;  // F: largest A size whose micro-batches in flight its memory holds
+    };
+    std::vector<Size> as, fs;
+    int smallest_a = gpn;
+    for (bool rc : choices)
       for (int a = 1; a < gpn; ++a)
-        if (model.valid_attention(p, a) && model.attention_memory(p, a, rc).total() <= cap) as.push_back(a);
+        if (model.valid_attention(p, a) && model.attention_memory(p, a, rc).total() <= cap) {
+          as.push_back({a, rc, 0});
+          smallest_a = std::min(smallest_a, a);
+        }
+    for (bool rc : choices)
       for (int ff = 1; ff < gpn; ++ff) {
-        if (!model.valid_ffn(p, ff) || as.empty() || as.front() + ff > gpn) continue;
+        if (!model.valid_ffn(p, ff) || smallest_a + ff > gpn) continue;
         // Largest A size whose micro-batches in flight the F workers can hold (a prefix:
-        // the bytes grow with min(micro-batches, 2Na)).
+        // the bytes grow with min(micro-batches, 4Na)).
         int top = 0;
         const auto terms = model.ffn_memory_terms(p, ff, rc);
         for (int a = 1; a < gpn; ++a) {
@@ -201,50 +217,56 @@ inline AllocationMilp build_allocation_milp(const AnalyticModel& model, int only
           if (!fits) break;
           top = a;
         }
-        if (top < as.front()) continue;
-        fs.push_back(ff);
-        a_max.push_back(top);
+        if (top >= smallest_a) fs.push_back({ff, rc, top});
       }
-      if (fs.empty()) continue;
-      const std::vector<AnalyticModel::PairSums> sums = model.pair_sums(p);
-      const std::vector<int> link_pairs = detail::link_pairs(sums, model.model().top_k);
-      std::vector<int> ks;
-      if (multi)
-        for (int k = 1; k < nics; ++k) ks.push_back(k);
-      else
-        ks = as;
-      for (int k : ks) {
-        Group& g = groups[{p, k, rc}];
-        const double bw_a = a_bandwidth(p, k);
-        for (int a : as) {
-          if (a + fs.front() > gpn || (!multi && a != k)) continue;
-          const int ga = model.group_size(p, a);
-          Side x{a, 0, 0, {}, -1};
-          for (const AnalyticModel::PairSums& q : sums) x.stage = std::max(x.stage, ms * q.attention_s[rc] / ga);
-          const double edges = model.all_reduce_edges(ga) / bw_a / mb;
-          for (int i : link_pairs)
-            x.link.push_back(ms * edges *
-                             ring_all_reduce_bytes(sums[static_cast<std::size_t>(i)].attention_params * gb, ga));
-          g.s.push_back(std::move(x));
-        }
-        for (std::size_t q = 0; q < fs.size(); ++q) {
-          const int ff = fs[q], gf = model.group_size(p, ff);
-          if (!multi && k + ff > gpn) continue;
-          const double bw_f = multi ? model.side_bandwidth(p, 0, k) : model.side_bandwidth(p, ff, 0);
-          const double rows = model.moe_rows(gf), imb = model.ffn_link_imbalance(gf);
-          const double share = double((model.model().experts + gf - 1) / gf) / model.model().experts;
-          const double edges = model.all_reduce_edges(gf) / bw_f / mb;
-          // A↔F bytes per micro-batch; the F side's busiest GPU moves `busiest` times the mean rows.
-          const auto bytes = [&](const AnalyticModel::PairSums& u, double busiest) {
-            return 2 * tokens * (u.dense_row_bytes + u.moe_row_bytes * rows * busiest);
-          };
-          Side x{ff, std::min(a_max[q], gpn - ff), 0, {}, -1};
-          for (const AnalyticModel::PairSums& u : sums)
-            x.stage = std::max({x.stage, ms * (u.routed_s[rc] * share + u.other_s[rc] / gf),
-                                ms * (bytes(u, imb) / bw_f + edges * ring_all_reduce_bytes(u.ffn_params * gb, gf))});
-          for (int i : link_pairs) x.link.push_back(ms * bytes(sums[static_cast<std::size_t>(i)], 1.0) / bw_a);
-          g.t.push_back(std::move(x));
-        }
+    if (fs.empty()) continue;
+    int smallest_f = gpn;
+    for (const Size& y : fs) smallest_f = std::min(smallest_f, y.size);
+    const std::vector<AnalyticModel::PairSums> sums = model.pair_sums(p);
+    const std::vector<int> link_pairs = detail::link_pairs(sums, model.model().top_k);
+    std::vector<int> ks;
+    if (multi)
+      for (int k = 1; k < nics; ++k) ks.push_back(k);
+    else
+      for (const Size& x : as) ks.push_back(x.size);
+    std::sort(ks.begin(), ks.end());
+    ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
+    for (int k : ks) {
+      Group& g = groups[{p, k}];
+      const double bw_a = a_bandwidth(p, k);
+      for (const Size& c_a : as) {
+        const int a = c_a.size;
+        if (a + smallest_f > gpn || (!multi && a != k)) continue;
+        const int ga = model.group_size(p, a);
+        Side x{a, c_a.rc, 0, 0, {}, -1};
+        for (const AnalyticModel::PairSums& q : sums)
+          x.stage = std::max(x.stage, ms * q.attention_s[c_a.rc] / ga);
+        const double edges = model.all_reduce_edges(ga) / bw_a / mb;
+        for (int i : link_pairs)
+          x.link.push_back(
+              ms * edges *
+              ring_all_reduce_bytes(sums[static_cast<std::size_t>(i)].attention_params * gb, ga));
+        g.s.push_back(std::move(x));
+      }
+      for (const Size& c_f : fs) {
+        const int ff = c_f.size, gf = model.group_size(p, ff);
+        const bool rc = c_f.rc;
+        if (!multi && k + ff > gpn) continue;
+        const double bw_f = multi ? model.side_bandwidth(p, 0, k) : model.side_bandwidth(p, ff, 0);
+        const double rows = model.moe_rows(gf), imb = model.ffn_link_imbalance(gf);
+        const double share = double((model.model().experts + gf - 1) / gf) / model.model().experts;
+        const double edges = model.all_reduce_edges(gf) / bw_f / mb;
+        // A↔F bytes per micro-batch; the F side's busiest GPU moves `busiest` times the mean rows.
+        const auto bytes = [&](const AnalyticModel::PairSums& u, double busiest) {
+          return 2 * tokens * (u.dense_row_bytes + u.moe_row_bytes * rows * busiest);
+        };
+        Side x{ff, rc, std::min(c_f.reach, gpn - ff), 0, {}, -1};
+        for (const AnalyticModel::PairSums& u : sums)
+          x.stage =
+              std::max({x.stage, ms * (u.routed_s[rc] * share + u.other_s[rc] / gf),
+                        ms * (bytes(u, imb) / bw_f + edges * ring_all_reduce_bytes(u.ffn_params * gb, gf))});
+        for (int i : link_pairs) x.link.push_back(ms * bytes(sums[static_cast<std::size_t>(i)], 1.0) / bw_a);
+        g.t.push_back(std::move(x));
       }
     }
   }
@@ -284,15 +306,15 @@ inline AllocationMilp build_allocation_milp(const AnalyticModel& model, int only
 
   std::vector<int> all_s;
   for (auto& [key, g] : groups) {
-    const auto [p, k, rc] = key;
+    const auto [p, k] = key;
     for (Side& x : g.s) {
       x.var = P.add_var(0, 1, 0, VarType::kBinary);
-      f.attention_var[{p, x.size, k, rc}] = x.var;
+      f.attention_var[{p, x.size, k, x.rc}] = x.var;
       all_s.push_back(x.var);
     }
     for (Side& y : g.t) {
       y.var = P.add_var(0, 1, 0, VarType::kBinary);
-      f.ffn_var[{p, y.size, k, rc}] = y.var;
+      f.ffn_var[{p, y.size, k, y.rc}] = y.var;
     }
   }
   // Σ s = 1 is infeasible (0 = 1) when no candidate fits: the solver reports it.

@@ -51,24 +51,25 @@ inline Binding binding_constraint(const AnalyticModel& model, const Allocation& 
   double best = std::numeric_limits<double>::infinity();
   Allocation best_y;
   for (int p = 1; p <= model.max_groups(); ++p)
-    for (bool rc : model.recompute_choices())
-      for (int k = mine + 1; k < c.gpus_per_node; ++k) {
-        Allocation y = x;
-        y.groups = p;
-        y.recompute = rc;
-        (a_side ? y.attention_gpus_per_node : y.ffn_gpus_per_node) = k;
-        (a_side ? y.ffn_gpus_per_node : y.attention_gpus_per_node) = c.gpus_per_node - k;
-        if (!model.valid(y)) continue;
-        ++valid;
-        const FitReport m = model.memory(y);
-        if (!m.fits()) {
-          if (!(a_side ? m.ffn_fits() : m.attention_fits())) ++other_short;
-          continue;
+    for (bool ra : model.recompute_choices())
+      for (bool rf : model.recompute_choices())
+        for (int k = mine + 1; k < c.gpus_per_node; ++k) {
+          Allocation y = x;
+          y.groups = p;
+          y.recompute = {ra, rf};
+          (a_side ? y.attention_gpus_per_node : y.ffn_gpus_per_node) = k;
+          (a_side ? y.ffn_gpus_per_node : y.attention_gpus_per_node) = c.gpus_per_node - k;
+          if (!model.valid(y)) continue;
+          ++valid;
+          const FitReport m = model.memory(y);
+          if (!m.fits()) {
+            if (!(a_side ? m.ffn_fits() : m.attention_fits())) ++other_short;
+            continue;
+          }
+          ++fit;
+          const double t = model.estimate(y).step_seconds;
+          if (t < best) best = t, best_y = y;
         }
-        ++fit;
-        const double t = model.estimate(y).step_seconds;
-        if (t < best) best = t, best_y = y;
-      }
   s << side << " compute (" << (a_side ? e.attention_seconds : e.ffn_seconds) * 1e3 << " ms per micro-batch)";
   if (valid == 0) {
     s << ": no valid split gives " << side << " more than " << mine << " GPUs per node (group sizes)";

@@ -274,6 +274,31 @@ inline double attention_grad_all_reduce_bytes(const ModelSpec& m, int l, int dp,
 
 // ──────────────────────────── memory ────────────────────────────
 
+/// Which side of each layer recomputes its activations in the backward pass (full
+/// recomputation: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+/// Transformer Models", §4, keep only the side's input and rerun its forward). The A side
+/// is attention, norms and router; the F side the experts (routed and shared) or the dense
+/// FFN. Disaggregated, the two sides live on different GPUs, so each recomputes only where
+/// its own memory needs it; colocated, a worker may still recompute only one part.
+struct Recompute {
+  bool attention = false;  ///< the A side keeps only its input (T·d)
+  bool ffn = false;        ///< the F side keeps only the rows it received
+  constexpr Recompute() = default;
+  /// Both flags, A side first. No constructor from one bool: an allocation written as
+  /// {…, true, …} before recomputation was per side does not compile, rather than silently
+  /// meaning {true, false}.
+  constexpr Recompute(bool attention_side, bool ffn_side) : attention(attention_side), ffn(ffn_side) {}
+  /// Both sides alike.
+  static constexpr Recompute both(bool on) { return {on, on}; }
+  [[nodiscard]] constexpr bool any() const { return attention || ffn; }
+  friend constexpr bool operator==(const Recompute&, const Recompute&) = default;
+};
+
+/// "off", "A", "F" or "A+F": which sides recompute, for messages and tables.
+inline std::string to_string(Recompute r) {
+  return r.attention ? (r.ffn ? "A+F" : "A") : (r.ffn ? "F" : "off");
+}
+
 /// How training state is kept.
 struct MemoryOptions {
   /// Bytes per gradient element; 0 = bytes_of(dtype). Megatron-LM accumulates in fp32 (4).
@@ -283,10 +308,9 @@ struct MemoryOptions {
   double optimizer_bytes = 12;
   /// ZeRO-1: shard optimizer states over the data-parallel group of each parameter.
   bool zero1 = false;
-  /// Full activation recomputation: keep only each layer's input (Korthikanti et al.
-  /// 2022, "Reducing Activation Recomputation in Large Transformer Models", §4: 2sbh
-  /// bytes per layer at 16 bits).
-  bool recompute = false;
+  /// Full activation recomputation, per side (Recompute): a recomputing side keeps only
+  /// its input (2sbh bytes per layer at 16 bits on the A side, Korthikanti et al. §4).
+  Recompute recompute{};
   /// FlashAttention: the h·s² score/softmax matrices are never stored (they are
   /// recomputed in the backward pass — Korthikanti's "selective recomputation").
   bool flash_attention = true;
@@ -339,12 +363,12 @@ inline MemoryBytes state_bytes(const ModelSpec& m, double params, int dp, const 
 /// FFN norm input d, router input d, router logits E (MoE layers), per token, plus
 /// h·s²·b score elements when FlashAttention is off (the softmax output; dropout,
 /// which Korthikanti's 5as²b includes, is absent in these models) and fp32
-/// log-sum-exp per head and token when it is on (Dao 2023). With recomputation
-/// only the layer input (T·d) is kept. Bytes, O(1).
+/// log-sum-exp per head and token when it is on (Dao 2023). When the A side
+/// recomputes (o.recompute.attention) only the layer input (T·d) is kept. Bytes, O(1).
 inline double attention_activation_bytes(const ModelSpec& m, int l, const MemoryOptions& o) {
   const double t = double(m.tokens_per_micro_batch()), e = bytes_of(m.dtype);
   const double d = m.hidden, q = double(m.heads) * m.head_dim, kv = double(m.kv_heads) * m.head_dim;
-  if (o.recompute) return t * d * e;
+  if (o.recompute.attention) return t * d * e;
   double per_token = 4 * d + (q + 2 * kv) + q + (m.is_moe_layer(l) ? m.experts : 0);
   double bytes = t * per_token * e;
   if (o.flash_attention) bytes += t * m.heads * 4.0;
@@ -357,11 +381,12 @@ inline double attention_activation_bytes(const ModelSpec& m, int l, const Memory
 /// product that feeds the down projection (f), and the expert output (d) for the
 /// gradient of its gate weight; shared experts keep d + 3f_s per token each, the
 /// dense FFN d + 3f per token (Korthikanti et al. 2022 §4.1's MLP count, 19sbh for a
-/// 4h GeLU MLP with dropout, redone for SwiGLU without dropout). With recomputation
-/// only the received rows (T·rows·d) are kept. `opt` gives rows per token. Bytes, O(1).
+/// 4h GeLU MLP with dropout, redone for SwiGLU without dropout). When the F side
+/// recomputes (o.recompute.ffn) only the received rows (T·rows·d) are kept. `opt` gives rows per token.
+/// Bytes, O(1).
 inline double ffn_activation_bytes(const ModelSpec& m, int l, const MemoryOptions& o, const DispatchOptions& opt) {
   const double t = double(m.tokens_per_micro_batch()), e = bytes_of(m.dtype), d = m.hidden;
-  if (o.recompute) return t * dispatch_rows_per_token(m, l, opt) * d * e;
+  if (o.recompute.ffn) return t * dispatch_rows_per_token(m, l, opt) * d * e;
   if (!m.is_moe_layer(l)) return t * (d + 3.0 * m.dense_ffn) * e;
   const double routed = double(m.top_k) * (2 * d + 3.0 * m.expert_ffn);
   const double shared = double(m.shared_experts) * (d + 3.0 * m.shared_expert_ffn);

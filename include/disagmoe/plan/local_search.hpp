@@ -49,7 +49,7 @@ struct SearchResult {
 /// Valid neighbours of `x`: move one GPU per node between A and F or into/out of
 /// the idle pool, move one NIC per node likewise, change p to the nearest valid
 /// value up or down (keeping GPUs per node, else re-fitting them), toggle
-/// recomputation, toggle AF-Pipe's stage-aligned fusion (so that at a local optimum
+/// one side's recomputation, toggle AF-Pipe's stage-aligned fusion (so that at a local optimum
 /// the fusion choice is the faster of the two for its layout). O(gpn + p_max)
 /// validity checks.
 inline std::vector<Allocation> neighbours(const AnalyticModel& model, const Allocation& x) {
@@ -96,9 +96,9 @@ inline std::vector<Allocation> neighbours(const AnalyticModel& model, const Allo
       if (found) break;
     }
   }
-  {
+  for (bool Recompute::*side : {&Recompute::attention, &Recompute::ffn}) {
     Allocation y = x;
-    y.recompute = !x.recompute;
+    y.recompute.*side = !(x.recompute.*side);
     add(y);
   }
   {
@@ -118,11 +118,17 @@ SearchResult local_search(const AnalyticModel& model, const O& oracle, const All
                           const SearchOptions& opt = {}) {
   expect(opt.max_evaluations >= 1, "max_evaluations", opt.max_evaluations, "a positive number of evaluations");
   expect(model.valid(seed), "seed", model.describe_allocation(seed), "a valid allocation");
-  std::map<std::tuple<int, int, int, int, int, bool, bool>, double> cache;
+  std::map<std::tuple<int, int, int, int, int, bool, bool, bool>, double> cache;
   SearchResult r;
   auto eval = [&](const Allocation& a) -> double {
-    const auto key = std::tuple{a.groups, a.attention_gpus_per_node, a.ffn_gpus_per_node, a.attention_nics_per_node,
-                                a.ffn_nics_per_node, a.recompute, a.fuse};
+    const auto key = std::tuple{a.groups,
+                                a.attention_gpus_per_node,
+                                a.ffn_gpus_per_node,
+                                a.attention_nics_per_node,
+                                a.ffn_nics_per_node,
+                                a.recompute.attention,
+                                a.recompute.ffn,
+                                a.fuse};
     if (auto it = cache.find(key); it != cache.end()) return it->second;
     ++r.evaluations;
     const double t = static_cast<double>(oracle.step_seconds(a));

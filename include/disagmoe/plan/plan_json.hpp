@@ -4,6 +4,7 @@
 /// ffn.{gpus,nics,group_size}, groups, layer_groups, predicted.{stage_seconds,
 /// step_seconds, tokens_per_second, bottleneck, bound_seconds, round_seconds, ...},
 /// fuse (AF-Pipe's stage-aligned combine + dispatch, chosen per allocation),
+/// recompute.{attention, ffn} (which sides recompute their activations),
 /// memory_bytes.{attention_worker, ffn_worker, capacity}, roofline.{turning_point,
 /// attention.{intensity, turning_point, ceiling, bandwidth, achieved}, ffn.{…}},
 /// search.{seed_step_seconds, evaluations, gain, seed, milp_nodes, budget_exhausted},
@@ -34,13 +35,14 @@ inline io::Json to_json(const RooflinePoint& r) {
           {"achieved_flops", r.achieved()},
           {"network_bound", r.network_bound()}};
 }
+inline io::Json to_json(Recompute r) { return {{"attention", r.attention}, {"ffn", r.ffn}}; }
 inline io::Json to_json(const Allocation& a) {
   return {{"groups", a.groups},
           {"attention_gpus_per_node", a.attention_gpus_per_node},
           {"ffn_gpus_per_node", a.ffn_gpus_per_node},
           {"attention_nics_per_node", a.attention_nics_per_node},
           {"ffn_nics_per_node", a.ffn_nics_per_node},
-          {"recompute", a.recompute},
+          {"recompute", to_json(a.recompute)},
           {"fuse", a.fuse}};
 }
 }  // namespace detail
@@ -63,7 +65,7 @@ inline io::Json to_json(const Plan& p) {
               {"group_size", p.ffn_group_size},
               {"bandwidth_per_gpu", p.ffn_bandwidth_per_gpu}};
   j["groups"] = p.allocation.groups;
-  j["recompute"] = p.allocation.recompute;
+  j["recompute"] = detail::to_json(p.allocation.recompute);
   j["fuse"] = p.allocation.fuse;
   j["allocation"] = detail::to_json(p.allocation);  // per-node split: what disagmoe-sim --plan reads
   j["layer_groups"] = p.layer_groups;
@@ -112,6 +114,24 @@ inline io::Json to_json(const Plan& p) {
   j["binding"] = {{"kind", p.binding.kind}, {"text", p.binding.text}};
   return j;
 }
+
+namespace detail {
+/// Recompute from {"attention": bool, "ffn": bool} (either key may be missing: off), or
+/// from one bool for both sides (plans written before the choice was per side).
+inline Recompute recompute_from_json(const io::Json& j, const std::string& path) {
+  using io::detail::brief;
+  using io::detail::read_value;
+  Recompute r;
+  if (j.is_boolean()) return Recompute::both(j.get<bool>());
+  expect<IoError>(j.is_object(), path, brief(j), R"(a bool or an object {"attention": bool, "ffn": bool})");
+  for (const auto& [key, value] : j.items())
+    expect<IoError>(key == "attention" || key == "ffn", path + "." + key, "(unknown key)",
+                    "attention or ffn");
+  if (j.contains("attention")) read_value(j.at("attention"), path + ".attention", r.attention);
+  if (j.contains("ffn")) read_value(j.at("ffn"), path + ".ffn", r.ffn);
+  return r;
+}
+}  // namespace detail
 
 /// The Allocation of a plan for model `m` on cluster `c`: a whole plan as `to_json`
 /// writes it (the split under "allocation") or just the Allocation fields. Strict, as
@@ -172,7 +192,8 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   r.ffn_gpus_per_node = count("ffn_gpus_per_node", 1, c.gpus_per_node);
   r.attention_nics_per_node = count("attention_nics_per_node", 0, c.nics_per_node);
   r.ffn_nics_per_node = count("ffn_nics_per_node", 0, c.nics_per_node);
-  if (a.contains("recompute")) read_value(a.at("recompute"), base + ".recompute", r.recompute);
+  if (a.contains("recompute"))
+    r.recompute = detail::recompute_from_json(a.at("recompute"), base + ".recompute");
   if (a.contains("fuse")) read_value(a.at("fuse"), base + ".fuse", r.fuse);  // plans before the choice: fused
   return r;
 }

@@ -160,11 +160,11 @@ inline int derive_micro_batches(const ModelSpec& m, const CostOptions& o, int dp
 }
 
 // Full recomputation reruns each forward right before its backward (Korthikanti et al.
-// 2022 §5; the planner's "compute × 4/3"), on the critical path of the input gradient.
+// 2022 §5; the planner's "compute × 4/3"), on the critical path of the input gradient,
+// on each side that recomputes.
 inline void add_recompute(LayerCost& x, const CostOptions& o) {
-  if (!o.memory.recompute) return;
-  x.attn_bwd += x.attn_fwd;
-  x.expert_bwd += x.expert_fwd;
+  if (o.memory.recompute.attention) x.attn_bwd += x.attn_fwd;
+  if (o.memory.recompute.ffn) x.expert_bwd += x.expert_fwd;
 }
 
 // The busiest GPU of an F group of `g` when the E experts of a layer do not split

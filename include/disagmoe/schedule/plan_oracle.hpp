@@ -32,7 +32,7 @@ inline AfLayout af_layout(const plan::Allocation& a) {
 
 /// The allocation of layout `l` with recomputation `recompute` and stage-aligned fusion
 /// `fuse` (inverse of af_layout).
-inline plan::Allocation allocation_of(const AfLayout& l, bool recompute, bool fuse = true) {
+inline plan::Allocation allocation_of(const AfLayout& l, plan::Recompute recompute, bool fuse = true) {
   return {l.groups, l.attention_gpus_per_node, l.ffn_gpus_per_node, l.attention_nics_per_node, l.ffn_nics_per_node,
           recompute, fuse};
 }

@@ -33,10 +33,10 @@ namespace disagmoe::schedule {
 struct RankedSchedule {
   std::string schedule;        ///< policy name
   std::string layout;          ///< Simulated::layout
-  double step_seconds = 0;
+  double step_seconds = 0;     ///< one step of the plan's batch at the simulated rate (batch_seconds)
   bool fits = false;           ///< peak memory within usable HBM
   double peak_memory_bytes = 0;
-  SideTime job;                ///< GPU-weighted means over every worker: busy + idle.total() = step
+  SideTime job;  ///< GPU-weighted means over every worker, scaled as step_seconds: busy + idle.total() = step
 };
 
 /// Which schedule to run and why.
@@ -73,10 +73,17 @@ inline SideTime whole_job(const SideBreakdown& b) {
   return j;
 }
 
-/// The entry of simulated `s`.
-inline RankedSchedule ranked_schedule(const Simulated& s) {
-  return {s.schedule.name, s.layout, s.result.step_seconds, s.fits, s.result.peak_memory_bytes,
-          whole_job(side_breakdown(s.schedule, s.result))};
+/// The entry of simulated `s` for a batch of `batch_tokens` tokens: its step and its
+/// time breakdown scaled by batch_seconds / step, so that entries whose simulated steps
+/// carry different tokens compare at equal work. O(workers + ops).
+inline RankedSchedule ranked_schedule(const Simulated& s, double batch_tokens) {
+  const double k = batch_seconds(s, batch_tokens) / s.result.step_seconds;
+  SideTime job = whole_job(side_breakdown(s.schedule, s.result));
+  job.busy_seconds *= k;
+  job.exposed_comm_seconds *= k;
+  job.waiting_seconds *= k;
+  job.idle *= k;
+  return {s.schedule.name, s.layout, s.result.step_seconds * k, s.fits, s.result.peak_memory_bytes, job};
 }
 
 /// The verdict between `win` and `lose` (`win` ranked first): speedup, cause, sentence.
@@ -128,8 +135,9 @@ inline Recommendation recommend(const plan::AnalyticModel& model, const plan::Al
                                                                              "chunked", "dualpipe", "dualpipev"}) {
   std::vector<RankedSchedule> all;
   std::optional<RankedSchedule> af;
+  const double batch_tokens = double(model.options().global_batch) * model.model().seq_len;
   try {
-    af = ranked_schedule(simulate_plan(model, x));
+    af = ranked_schedule(simulate_plan(model, x), batch_tokens);
     all.push_back(*af);
   } catch (const ConfigError&) {
   }
@@ -143,7 +151,8 @@ inline Recommendation recommend(const plan::AnalyticModel& model, const plan::Al
     check_schedule_name(name);
     expect(name != AFPipe::kName, "colocated", name, "a colocated schedule");
     try {
-      const RankedSchedule r = ranked_schedule(simulate_best(name, model.model(), model.cluster(), base));
+      const RankedSchedule r =
+          ranked_schedule(simulate_best(name, model.model(), model.cluster(), base), batch_tokens);
       if (!col || before(r, *col)) col = r;
       all.push_back(r);
     } catch (const ConfigError&) {

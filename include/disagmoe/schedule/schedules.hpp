@@ -86,35 +86,52 @@ inline std::optional<Simulated> try_simulate(std::string_view name, const Proble
   return s;
 }
 
-// Better = fits memory first, then shorter step.
+// Better = fits memory first, then higher throughput (batch_seconds: steps of different
+// layouts can carry different tokens).
 inline bool better(const Simulated& a, const std::optional<Simulated>& b) {
   if (!b) return true;
   if (a.fits != b->fits) return a.fits;
-  return a.result.step_seconds < b->result.step_seconds;
+  return a.result.tokens_per_second > b->result.tokens_per_second;
 }
 }  // namespace detail
 
-/// Simulated step time of AF-Pipe with layout `lay` (seconds; +infinity when the
-/// layout is invalid, deadlocks or does not fit memory): the simulator as the planner's
-/// step-time oracle. Ping-pong group k.af_group_size, or 2p (the planner's) when 0.
-/// One simulation, O(ops log ops).
+/// Seconds the simulated rate of `s` needs for `batch_tokens` tokens. Layouts are
+/// compared by this, never by their raw steps: each runs ⌊global batch / (micro_batch ×
+/// its data-parallel width)⌋ micro-batches (detail::derive_micro_batches), so steps of
+/// two layouts can carry different tokens (DeepSeek-MoE-16B at 32K, 128 sequences: an A
+/// group of 48 GPUs runs 96 of them, one of 64 runs all 128). O(1).
+inline double batch_seconds(const Simulated& s, double batch_tokens) {
+  return s.result.step_seconds * batch_tokens / s.schedule.tokens_per_step;
+}
+
+/// Simulated seconds of one step of the global batch (global_batch_of(m, o) sequences)
+/// under AF-Pipe with layout `lay`, at the simulated rate (batch_seconds: the simulated
+/// step itself runs whole waves of the A groups only); +infinity when the layout is
+/// invalid, deadlocks or does not fit memory. The simulator as the planner's step-time
+/// oracle. Ping-pong group k.af_group_size, or 2p (the planner's) when 0. One
+/// simulation, O(ops log ops).
 inline double simulated_step_seconds(const ModelSpec& m, const ClusterSpec& c, const AfLayout& lay,
                                      const CostOptions& o = {}, const PolicyKnobs& k = {}) {
   try {
     PolicyKnobs kk = k;  // the planner's ping-pong group by default (plan::af_group_size)
     if (kk.af_group_size == 0) kk.af_group_size = 2 * lay.groups;
     const auto s = detail::try_simulate(AFPipe::kName, af_problem(m, c, lay, o), kk, c, o, "");
-    return s && s->fits ? s->result.step_seconds : std::numeric_limits<double>::infinity();
+    return s && s->fits ? batch_seconds(*s, double(global_batch_of(m, o)) * m.seq_len)
+                        : std::numeric_limits<double>::infinity();
   } catch (const ConfigError&) {
     return std::numeric_limits<double>::infinity();
   }
 }
 
 namespace detail {
-inline std::string af_label(const AfLayout& l, int g, bool rc, bool fuse = true) {
+// " rc" when both sides recompute, " rc=A" or " rc=F" when one does, "" when none.
+inline std::string recompute_suffix(plan::Recompute rc) {
+  return !rc.any() ? "" : (rc.attention && rc.ffn) ? " rc" : rc.attention ? " rc=A" : " rc=F";
+}
+inline std::string af_label(const AfLayout& l, int g, plan::Recompute rc, bool fuse = true) {
   return "p=" + std::to_string(l.groups) + " a/f=" + std::to_string(l.attention_gpus_per_node) + "/" +
          std::to_string(l.ffn_gpus_per_node) + " nic=" + std::to_string(l.attention_nics_per_node) + "/" +
-         std::to_string(l.ffn_nics_per_node) + " g=" + std::to_string(g) + (rc ? " rc" : "") +
+         std::to_string(l.ffn_nics_per_node) + " g=" + std::to_string(g) + recompute_suffix(rc) +
          (fuse ? "" : " unfused");
 }
 }  // namespace detail
@@ -152,10 +169,11 @@ inline std::string colocated_label(const ModelSpec& m, const ClusterSpec& c, con
 /// every A GPUs per node 1..gpus_per_node−1 (F gets the rest) and pair count 1..16 with
 /// proportional NICs and ping-pong group 2p, each with stage-aligned fusion on and off,
 /// then around the three best and the best and fastest of each A/F split (each with its
-/// fusion choice): NIC split ±1, ±2 and group sizes p, 2p, 4p. Each candidate is retried with full
-/// recomputation when its activations do not fit (unless `o.memory.recompute` is
-/// already set). Throws ConfigError when no layout can run, or when a timeline would
-/// exceed the work or memory budget (expect_timeline_fits). Cost: one simulation per
+/// fusion choice): NIC split ±1, ±2 and group sizes p, 2p, 4p. Each candidate whose
+/// activations do not fit is retried with full recomputation on the A side alone and on
+/// the F side alone (attention or experts of a colocated worker), and on both where
+/// neither fits (sides that `o.memory.recompute` sets stay on). Throws ConfigError when no layout can run, or
+/// when a timeline would exceed the work or memory budget (expect_timeline_fits). Cost: one simulation per
 /// candidate (≈ 300 for AF-Pipe on 8-GPU nodes).
 inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const ClusterSpec& c,
                                const CostOptions& o = {}, const PolicyKnobs& k = {}, int stages = 0,
@@ -163,22 +181,35 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
   check_schedule_name(name);
   expect_timeline_fits(name, m, o, k.chunks);
   std::optional<Simulated> best;
-  // Simulates one candidate, with recomputation when it does not fit otherwise.
+  // Simulates one candidate, with recomputation on the sides that need it to fit.
   auto run = [&](auto make_problem, const PolicyKnobs& kk, auto label) -> std::optional<Simulated> {
     std::optional<Simulated> r;
-    for (bool rc : {false, true}) {
-      if (rc && (o.memory.recompute || (r && r->fits))) break;
+    std::vector<plan::Recompute> tried;
+    bool invalid = false;
+    const auto attempt = [&](plan::Recompute rc) {
+      rc = {rc.attention || o.memory.recompute.attention, rc.ffn || o.memory.recompute.ffn};
+      if (invalid || std::find(tried.begin(), tried.end(), rc) != tried.end()) return;
+      tried.push_back(rc);
       CostOptions oo = o;
-      oo.memory.recompute = o.memory.recompute || rc;
+      oo.memory.recompute = rc;
       Problem pb;
       try {
         pb = make_problem(oo);
       } catch (const ConfigError&) {
-        return std::nullopt;
+        invalid = true;
+        return;
       }
-      auto s = detail::try_simulate(name, pb, kk, c, oo, label(oo.memory.recompute));
+      auto s = detail::try_simulate(name, pb, kk, c, oo, label(rc));
       if (s && detail::better(*s, r)) r = std::move(s);
+    };
+    const auto fits = [&] { return r && r->fits; };
+    attempt({false, false});
+    if (!fits()) {
+      attempt({true, false});
+      attempt({false, true});
     }
+    if (!fits()) attempt({true, true});
+    if (invalid) return std::nullopt;
     return r;
   };
   auto consider = [&](std::optional<Simulated> s) {
@@ -190,7 +221,7 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
       kk.af_group_size = g;
       kk.af_fuse = fuse;
       return run([&](const CostOptions& oo) { return af_problem(m, c, lay, oo); }, kk,
-                 [&](bool rc) { return detail::af_label(lay, g, rc, fuse); });
+                 [&](plan::Recompute rc) { return detail::af_label(lay, g, rc, fuse); });
     };
     if (af) {
       consider(try_af(*af, k.af_group_size > 0 ? k.af_group_size : 2 * af->groups, k.af_fuse));
@@ -199,7 +230,7 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
       struct Cand {
         AfLayout lay;
         bool fuse;
-        double step;
+        double seconds_per_token;  // the rate, not the step (batch_seconds)
         bool fits;
       };
       std::vector<Cand> first;
@@ -210,11 +241,13 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
           const AfLayout lay{p, a, c.gpus_per_node - a, multi ? na : 0, multi ? c.nics_per_node - na : 0};
           for (bool fuse : {true, false})
             if (auto s = try_af(lay, 2 * p, fuse)) {
-              first.push_back({lay, fuse, s->result.step_seconds, s->fits});
+              first.push_back({lay, fuse, 1 / s->result.tokens_per_second, s->fits});
               consider(std::move(s));
             }
         }
-      const auto before = [](const Cand& x, const Cand& y) { return x.fits != y.fits ? x.fits : x.step < y.step; };
+      const auto before = [](const Cand& x, const Cand& y) {
+        return x.fits != y.fits ? x.fits : x.seconds_per_token < y.seconds_per_token;
+      };
       std::stable_sort(first.begin(), first.end(), before);
       // Phase two refines the three best and, for every A/F split, its best candidate
       // and its fastest one (a layout that does not fit with g = 2p may fit with g = p).
@@ -232,7 +265,7 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
         for (const auto& x : first) {
           if (x.lay.attention_gpus_per_node != a) continue;
           if (!fastest) add_base(x);  // the first of split a is its best (fits first)
-          if (!fastest || x.step < fastest->step) fastest = &x;
+          if (!fastest || x.seconds_per_token < fastest->seconds_per_token) fastest = &x;
         }
         if (fastest) add_base(*fastest);
       }
@@ -255,8 +288,9 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
   } else {
     if (stages > 0) colocated_problem(m, c, {stages}, o);  // an explicit bad --stages is an error
     for (const ColocatedLayout& lay : colocated_layouts(m, c, o, stages))
-      consider(run([&](const CostOptions& oo) { return colocated_problem(m, c, lay, oo); }, k,
-                   [&](bool rc) { return colocated_label(m, c, lay) + (rc ? " rc" : ""); }));
+      consider(
+          run([&](const CostOptions& oo) { return colocated_problem(m, c, lay, oo); }, k,
+              [&](plan::Recompute rc) { return colocated_label(m, c, lay) + detail::recompute_suffix(rc); }));
   }
   expect(best.has_value(), "schedule", name,
          "a layout this schedule can run for this model, cluster and batch (try --micro-batches or --stages)");
