@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -79,6 +80,24 @@ inline void expect_finite_options(const CLI::App& app) {
     }
   }
 }
+
+// CLI11 converts an integer beyond 64 bits to the nearest bound (strtoll saturates), so
+// a range check afterwards would name 9223372036854775807 rather than what was typed:
+// every integer option must fit 64 bits as written.
+inline void expect_representable_integers(const CLI::App& app) {
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (opt->count() == 0 || type.find("INT") == std::string::npos) continue;
+    for (const std::string& s : opt->results()) {
+      errno = 0;
+      if (type.find("UINT") != std::string::npos)
+        (void)std::strtoull(s.c_str(), nullptr, 0);
+      else
+        (void)std::strtoll(s.c_str(), nullptr, 0);
+      expect(errno != ERANGE, opt->get_name(), Verbatim{s}, "an integer that fits 64 bits");
+    }
+  }
+}
 }  // namespace detail
 
 /// Call inside a catch block: prints the exception being handled as one line on
@@ -137,6 +156,7 @@ int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
       return kExitBadInput;
     }
     detail::expect_finite_options(app);
+    detail::expect_representable_integers(app);
     return body();
   } catch (...) {
     return report_exception(app.get_name());

@@ -138,8 +138,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--compare", compare, "simulate every schedule and print a comparison table");
   app.add_option("--plan", plan_file,
-                 "plan JSON (disagmoe-plan --json, or plan::Allocation fields) giving AF-Pipe's A/F split "
-                 "(default: the planner's allocation)")
+                 "plan JSON (disagmoe-plan --json, or plan::Allocation fields) giving AF-Pipe's A/F split, "
+                 "fusion and each side's recomputation (default: the planner's allocation)")
       ->check(disagmoe::cli::kPath);
   app.add_flag("--search-layout", search_layout, "AF-Pipe: search the A/F split with the simulator instead of the planner");
   app.add_option("--seq-len", seq_len, "tokens per sequence (default: the model's)");
@@ -237,11 +237,12 @@ int main(int argc, char** argv) {
                                  {batch_from_plan ? "--plan global_batch" : "--global-batch", "--micro-batches",
                                   "--chunks"});
     std::optional<ds::AfLayout> af;
+    dz::plan::Recompute plan_recompute{};  // --plan's, for AF-Pipe only: the baselines choose their own
     if (plan_json) {
       // A plan is only valid for the model, cluster and sequence length it was made for.
       const auto pa = dz::plan::allocation_from_json(*plan_json, m, c, plan_file + ":$");
       af = ds::af_layout(pa);
-      cost.memory.recompute = pa.recompute;  // the plan's recomputation, side by side
+      plan_recompute = pa.recompute;
       knobs.af_fuse = pa.fuse;  // the plan's stage-alignment choice
     }
     if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
@@ -304,7 +305,9 @@ int main(int argc, char** argv) {
                             "); searching the A/F split instead");
           }
         }
-        runs.push_back(ds::simulate_best(n, m, c, cost, knobs, stages, af));
+        ds::CostOptions cn = cost;
+        if (n == "afpipe") cn.memory.recompute = plan_recompute;
+        runs.push_back(ds::simulate_best(n, m, c, cn, knobs, stages, af));
       } catch (const disagmoe::ConfigError& e) {
         if (!compare) throw;
         notes.push_back(n + " skipped: " + e.what());

@@ -69,3 +69,33 @@ TEST_CASE("run_main: an empty argument is one error line and exit 2, before pars
   CHECK_FALSE(ran);
   CHECK(err.str() == "prog: error: argument 3 = \"\": expected a non-empty argument (see --help)\n");
 }
+
+TEST_CASE("run_main: an integer beyond 64 bits is named as typed, not as CLI11's saturated value") {
+  for (const std::string value : {"99999999999999999999", "-99999999999999999999", "0x1ffffffffffffffff"}) {
+    CLI::App app{"test", "prog"};
+    long n = 0;
+    app.add_option("--n", n);
+    std::string a0 = "prog", a1 = "--n", a2 = value;
+    char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
+    std::ostringstream err;
+    auto* old = std::cerr.rdbuf(err.rdbuf());
+    bool ran = false;
+    const int code = disagmoe::cli::run_main(app, 3, argv, [&] {
+      ran = true;
+      return 0;
+    });
+    std::cerr.rdbuf(old);
+    CAPTURE(value);
+    CHECK(code == 2);
+    CHECK_FALSE(ran);
+    CHECK(err.str() == "prog: error: --n = " + value + ": expected an integer that fits 64 bits\n");
+  }
+  // The largest 64-bit value is accepted as it is.
+  CLI::App app{"test", "prog"};
+  long n = 0;
+  app.add_option("--n", n);
+  std::string a0 = "prog", a1 = "--n", a2 = "9223372036854775807";
+  char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
+  CHECK(disagmoe::cli::run_main(app, 3, argv, [] { return 0; }) == 0);
+  CHECK(n == 9223372036854775807L);
+}

@@ -90,6 +90,21 @@ TEST_CASE("recomputation trades activation memory for one extra forward") {
     CHECK(z.attn_fwd == x.attn_fwd);
     CHECK(z.expert_fwd == x.expert_fwd);
   }
+  // A dense layer's FFN runs with the attention part: it recomputes, and drops its
+  // activations, with that part (DeepSeek-MoE-16B's layer 0 is dense).
+  const auto ds16 = disagmoe::model_preset("deepseek-moe-16b");
+  REQUIRE_FALSE(ds16.is_moe_layer(0));
+  const auto dense = [&](disagmoe::plan::Recompute rc) {
+    ds::CostOptions one;
+    one.memory.recompute = rc;
+    return ds::colocated_problem(ds16, c, {4}, one).layers[0];
+  };
+  const auto off = dense({false, false}), att = dense({true, false}), ffn = dense({false, true});
+  CHECK(ffn.attn_bwd == off.attn_bwd);
+  CHECK(ffn.attn_activation_bytes == off.attn_activation_bytes);
+  CHECK(att.attn_bwd == doctest::Approx(off.attn_bwd + off.attn_fwd));
+  CHECK(att.attn_activation_bytes == dense({true, true}).attn_activation_bytes);
+  CHECK(att.attn_activation_bytes < off.attn_activation_bytes);
   CHECK(y.attn_activation_bytes < x.attn_activation_bytes);
   CHECK(y.expert_activation_bytes < x.expert_activation_bytes);
 }

@@ -275,8 +275,12 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
     const plan::MemoryBytes fs = plan::state_bytes(m, replicated, g, o.memory);
     x.attn_state_bytes = as.parameters + as.gradients + as.optimizer;
     x.expert_state_bytes = rs.parameters + rs.gradients + rs.optimizer + fs.parameters + fs.gradients + fs.optimizer;
+    // A dense layer's FFN runs with the attention part (above), so it recomputes, and
+    // keeps its activations, as the attention part does.
+    plan::MemoryOptions dense = o.memory;
+    dense.recompute.ffn = o.memory.recompute.attention;
     x.attn_activation_bytes = plan::attention_activation_bytes(m, l, o.memory) +
-                              (lc.moe ? 0 : plan::ffn_activation_bytes(m, l, o.memory, d));
+                              (lc.moe ? 0 : plan::ffn_activation_bytes(m, l, dense, d));
     x.expert_activation_bytes = lc.moe ? plan::ffn_activation_bytes(m, l, o.memory, d) : 0;
     p.layers.push_back(x);
   }

@@ -77,7 +77,7 @@ inline SideTime whole_job(const SideBreakdown& b) {
 /// time breakdown scaled by batch_seconds / step, so that entries whose simulated steps
 /// carry different tokens compare at equal work. O(workers + ops).
 inline RankedSchedule ranked_schedule(const Simulated& s, double batch_tokens) {
-  const double k = batch_seconds(s, batch_tokens) / s.result.step_seconds;
+  const double k = batch_tokens / s.schedule.tokens_per_step;  // = batch_seconds / step
   SideTime job = whole_job(side_breakdown(s.schedule, s.result));
   job.busy_seconds *= k;
   job.exposed_comm_seconds *= k;

@@ -174,7 +174,8 @@ inline std::string colocated_label(const ModelSpec& m, const ClusterSpec& c, con
 /// the F side alone (attention or experts of a colocated worker), and on both where
 /// neither fits (sides that `o.memory.recompute` sets stay on). Throws ConfigError when no layout can run, or
 /// when a timeline would exceed the work or memory budget (expect_timeline_fits). Cost: one simulation per
-/// candidate (≈ 300 for AF-Pipe on 8-GPU nodes).
+/// candidate (≈ 300 for AF-Pipe on 8-GPU nodes), up to four for one that does not fit
+/// without recomputation.
 inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const ClusterSpec& c,
                                const CostOptions& o = {}, const PolicyKnobs& k = {}, int stages = 0,
                                std::optional<AfLayout> af = std::nullopt) {
