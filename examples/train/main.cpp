@@ -75,9 +75,13 @@ struct Args {
   std::string corpus = rt::kDefaultCorpus, save, resume, eval_text;
   double val_fraction = 0.1;
   int val_every = 100, val_windows = 256, sample = 0, save_every = 0;
-  bool json_out = false, recompute = false;
+  bool json_out = false, recompute = false, recompute_attention = false, recompute_ffn = false;
   std::string device = "cpu", precision = "fp32";
   disagmoe::train_cli::DisaggregatedArgs d;
+  /// The stages' seed and recomputation: --recompute for both sides, or one side alone.
+  [[nodiscard]] rt::StageOptions stage_options() const {
+    return {seed, {recompute || recompute_attention, recompute || recompute_ffn}};
+  }
 };
 
 dm::ModelSpec model_spec(const Args& a) {
@@ -347,8 +351,8 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
   const auto settings = run_settings(a, spec, fnv1a(corpus_bytes));
 
   TrainerOf<Attention, Experts> tr(dm::train_cli::make_compute<Attention>(spec, dopt, a.precision),
-                                  dm::train_cli::make_compute<Experts>(spec, dopt, a.precision), spec, topt,
-                                  rt::StageOptions{a.seed, a.recompute});
+                                   dm::train_cli::make_compute<Experts>(spec, dopt, a.precision), spec, topt,
+                                   a.stage_options());
   mo::Rng data_rng(mo::derive_seed(a.seed, 0xDA7A));
   if (!a.resume.empty()) {
     const rt::CheckpointState st = rt::load_checkpoint(a.resume, tr);
@@ -394,8 +398,8 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
       // M A-ranks split every micro-batch: the reference takes their shares as micro-batches.
       rt::TrainOptions ref_opt = topt;
       ref_opt.micro_batches *= a.d.attention_ranks;
-      ref.emplace(mo::ReferenceAttention<float>(spec, dopt), mo::ReferenceExperts<float>(spec, dopt), spec, ref_opt,
-                  rt::StageOptions{a.seed, a.recompute});
+      ref.emplace(mo::ReferenceAttention<float>(spec, dopt), mo::ReferenceExperts<float>(spec, dopt), spec,
+                  ref_opt, a.stage_options());
       if (!a.resume.empty()) rt::load_checkpoint(a.resume, *ref);
     }
     std::optional<json> placement, replicas;
@@ -428,8 +432,8 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
                     << r->max_load_over_mean_without << ")\n" << std::defaultfloat;
       }
     }
-    const dm::train_cli::RunInputs in{spec, topt, dopt, rt::StageOptions{a.seed, a.recompute}, *corpus, a.batch,
-                                      a.steps, a.json_out};
+    const dm::train_cli::RunInputs in{spec,    topt,    dopt,    a.stage_options(),
+                                      *corpus, a.batch, a.steps, a.json_out};
     auto out = train ? dm::train_cli::train_disaggregated(d, in, tr, data_rng) : dm::train_cli::RunOutcome{};
     if (!out.rank0) return 0;  // MPI: rank 0 reports and saves
     curve = std::move(out.curve);
@@ -514,8 +518,8 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
   std::optional<Trainer> host_ref;
   std::vector<double> host_losses;
   if (!on_host && a.d.check_reference && train) {
-    host_ref.emplace(mo::ReferenceAttention<float>(spec, dopt), mo::ReferenceExperts<float>(spec, dopt), spec, topt,
-                     rt::StageOptions{a.seed, a.recompute});
+    host_ref.emplace(mo::ReferenceAttention<float>(spec, dopt), mo::ReferenceExperts<float>(spec, dopt), spec,
+                     topt, a.stage_options());
     if (!a.resume.empty()) rt::load_checkpoint(a.resume, *host_ref);
   }
   dm::cli::ProgressBar bar(a.steps);
@@ -638,7 +642,11 @@ int main(int argc, char** argv) {
   app.add_option("--z-loss", a.z_loss, "router z-loss coefficient")->capture_default_str();
   app.add_option("--seed", a.seed, "seed of the weights and the data sampling")->capture_default_str();
   app.add_option("--threads", a.threads, "Eigen threads (results are deterministic per thread count)")->capture_default_str();
-  app.add_flag("--recompute", a.recompute, "recompute activations in backward (less memory)");
+  app.add_flag("--recompute", a.recompute, "recompute activations in backward on both sides (less memory)");
+  app.add_flag("--recompute-attention", a.recompute_attention,
+               "recompute the attention stages' activations only (a plan's recompute.attention)");
+  app.add_flag("--recompute-ffn", a.recompute_ffn,
+               "recompute the expert stages' activations only (a plan's recompute.ffn)");
   app.add_option("--corpus", a.corpus, "training text, plain or .gz")->capture_default_str()->check(kPath);
   app.add_option("--val-fraction", a.val_fraction, "share of the corpus held out for validation")->capture_default_str();
   app.add_option("--val-every", a.val_every, "validation loss every N steps")->capture_default_str();

@@ -48,7 +48,7 @@ Trainer make(const dm::ModelSpec& m) {
   rt::TrainOptions t;
   t.micro_batches = 2;
   t.lr = {1e-2, 1e-3, 1, 6};
-  return Trainer(mo::ReferenceAttention<float>(m, o), mo::ReferenceExperts<float>(m, o), m, t, {5, false});
+  return Trainer(mo::ReferenceAttention<float>(m, o), mo::ReferenceExperts<float>(m, o), m, t, {5, {}});
 }
 
 // A random batch drawn from `rng` (the data position a checkpoint must carry).

@@ -11,7 +11,9 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace dm = disagmoe;
@@ -39,8 +41,8 @@ template <class T>
 using Trainer = rt::ColocatedTrainer<mo::ReferenceAttention<T>, mo::ReferenceExperts<T>>;
 
 template <class T>
-Trainer<T> make_trainer(const dm::ModelSpec& spec, mo::DecoderOptions o, int micro_batches, bool recompute = false,
-                        std::uint64_t seed = 7) {
+Trainer<T> make_trainer(const dm::ModelSpec& spec, mo::DecoderOptions o, int micro_batches,
+                        disagmoe::plan::Recompute recompute = {}, std::uint64_t seed = 7) {
   rt::TrainOptions t;
   t.micro_batches = micro_batches;
   t.lr = {1e-2, 1e-3, 2, 50};
@@ -74,7 +76,7 @@ double objective(Trainer<T>& tr, const Tokens& tok) {
 // Every gradient entry of every parameter against a central difference.
 void check_gradients(const dm::ModelSpec& spec, const mo::DecoderOptions& o, int micro_batches, std::uint64_t seed) {
   CAPTURE(seed);
-  auto tr = make_trainer<double>(spec, o, micro_batches, false, seed);
+  auto tr = make_trainer<double>(spec, o, micro_batches, {}, seed);
   const Tokens tok = random_tokens(2 * micro_batches, spec.seq_len, seed + 100);
   objective(tr, tok);
   std::vector<std::vector<double>> analytic;
@@ -142,7 +144,9 @@ TEST_CASE("recomputation and micro-batching reproduce the plain run") {
   o.aux_loss_coef = 0.01;
   const Tokens tok = random_tokens(4, spec.seq_len, 11);
   auto plain = make_trainer<float>(spec, o, 2);
-  auto recompute = make_trainer<float>(spec, o, 2, true);
+  auto recompute = make_trainer<float>(spec, o, 2, disagmoe::plan::Recompute::both(true));
+  auto attention_only = make_trainer<float>(spec, o, 2, {true, false});  // a per-side plan's stages
+  auto ffn_only = make_trainer<float>(spec, o, 2, {false, true});
   // The load-balancing loss is per micro-batch (as in Megatron-Core), so only without it
   // is the mean over micro-batches the full batch's loss.
   o.aux_loss_coef = 0;
@@ -153,6 +157,11 @@ TEST_CASE("recomputation and micro-batching reproduce the plain run") {
     const auto b = recompute.step(tok.batch());
     CHECK(a.loss == b.loss);  // bitwise: the same computation, run again
     CHECK(a.grad_norm == b.grad_norm);
+    for (auto* one_side : {&attention_only, &ffn_only}) {
+      const auto e = one_side->step(tok.batch());
+      CHECK(a.loss == e.loss);
+      CHECK(a.grad_norm == e.grad_norm);
+    }
     const auto c = single.step(tok.batch());
     const auto d = split.step(tok.batch());
     CHECK(c.loss == doctest::Approx(d.loss).epsilon(1e-9));  // the mean over micro-batches
@@ -160,6 +169,13 @@ TEST_CASE("recomputation and micro-batching reproduce the plain run") {
   auto& pa = plain.attention().parameters().slots();
   auto& pb = recompute.attention().parameters().slots();
   for (std::size_t i = 0; i < pa.size(); ++i) CHECK((*pa[i].value - *pb[i].value).norm() == 0.0f);
+  auto& pe = plain.experts().parameters().slots();
+  for (auto* one_side : {&attention_only, &ffn_only}) {
+    auto& qa = one_side->attention().parameters().slots();
+    auto& qe = one_side->experts().parameters().slots();
+    for (std::size_t i = 0; i < pa.size(); ++i) CHECK((*pa[i].value - *qa[i].value).norm() == 0.0f);
+    for (std::size_t i = 0; i < pe.size(); ++i) CHECK((*pe[i].value - *qe[i].value).norm() == 0.0f);
+  }
   CHECK(plain.attention().in_flight() == 0);
   CHECK(plain.experts().in_flight() == 0);
 }
@@ -167,9 +183,9 @@ TEST_CASE("recomputation and micro-batching reproduce the plain run") {
 TEST_CASE("the same seed gives the same run; another seed another model") {
   const auto spec = small_spec();
   const Tokens tok = random_tokens(2, spec.seq_len, 5);
-  auto a = make_trainer<float>(spec, {}, 1, false, 3);
-  auto b = make_trainer<float>(spec, {}, 1, false, 3);
-  auto c = make_trainer<float>(spec, {}, 1, false, 4);
+  auto a = make_trainer<float>(spec, {}, 1, {}, 3);
+  auto b = make_trainer<float>(spec, {}, 1, {}, 3);
+  auto c = make_trainer<float>(spec, {}, 1, {}, 4);
   for (int s = 0; s < 2; ++s) {
     const double la = a.step(tok.batch()).loss, lb = b.step(tok.batch()).loss, lc = c.step(tok.batch()).loss;
     CHECK(la == lb);
@@ -308,5 +324,49 @@ TEST_CASE("an expert stage holding some experts computes what the full stage com
     const std::string e3 = std::string("model.layers.2.block_sparse_moe.experts.3.") + w + ".weight";
     CHECK(find(ps, e1)->norm() == 0.0);  // zero rows: a zero gradient
     CHECK((*find(fs, e3) - *find(ps, e3)).norm() == 0.0);
+  }
+}
+
+namespace {
+// A compute that counts its forward calls (copies share the count): a recomputing stage
+// calls forward twice per layer and micro-batch, once in forward and once in backward.
+template <class Base>
+struct CountingForward : Base {
+  explicit CountingForward(Base b) : Base(std::move(b)) {}
+  std::shared_ptr<long> forwards = std::make_shared<long>(0);
+  template <class... A>
+  void forward(A&&... a) const {
+    ++*forwards;
+    Base::forward(std::forward<A>(a)...);
+  }
+};
+}  // namespace
+
+TEST_CASE("recomputation per side: each stage recomputes by its own flag only") {
+  const auto spec = small_spec();
+  const Tokens tok = random_tokens(4, spec.seq_len, 13);
+  using A = CountingForward<mo::ReferenceAttention<float>>;
+  using E = CountingForward<mo::ReferenceExperts<float>>;
+  static_assert(rt::attention_compute<A> && rt::expert_compute<E>);
+  const auto run = [&](disagmoe::plan::Recompute rc) {
+    rt::TrainOptions t;
+    t.micro_batches = 2;
+    t.lr = {1e-2, 1e-3, 2, 50};
+    A a(mo::ReferenceAttention<float>(spec, {}));
+    E e(mo::ReferenceExperts<float>(spec, {}));
+    rt::ColocatedTrainer<A, E> trainer(a, e, spec, t, rt::StageOptions{7, rc});
+    const double loss = trainer.step(tok.batch()).loss;
+    return std::tuple{*a.forwards, *e.forwards, loss};
+  };
+  const auto [a0, e0, l0] = run({false, false});
+  REQUIRE(a0 > 0);
+  REQUIRE(e0 > 0);
+  for (const disagmoe::plan::Recompute rc :
+       {disagmoe::plan::Recompute{true, false}, {false, true}, {true, true}}) {
+    const auto [a1, e1, l1] = run(rc);
+    CAPTURE(disagmoe::plan::to_string(rc));
+    CHECK(a1 == (rc.attention ? 2 * a0 : a0));
+    CHECK(e1 == (rc.ffn ? 2 * e0 : e0));
+    CHECK(l1 == l0);  // bitwise: the same computation, run again
   }
 }

@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
   o.z_loss_coef = 0.001;
   o.init_std = 0.2;  // gradients well above float rounding
   rt::ColocatedTrainer<mo::ReferenceAttention<float>, mo::ReferenceExperts<float>> tr(
-      mo::ReferenceAttention<float>(m, o), mo::ReferenceExperts<float>(m, o), m, rt::TrainOptions{}, {11, false});
+      mo::ReferenceAttention<float>(m, o), mo::ReferenceExperts<float>(m, o), m, rt::TrainOptions{},
+      {11, {}});
   const int sequences = 3;
   mo::Rng rng(5);
   std::vector<int> in, tg;

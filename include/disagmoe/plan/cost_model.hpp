@@ -17,6 +17,7 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/plan/recompute.hpp>
 #include <disagmoe/spec/cluster_spec.hpp>
 #include <disagmoe/spec/dtype.hpp>
 #include <disagmoe/spec/model_size.hpp>
@@ -273,31 +274,6 @@ inline double attention_grad_all_reduce_bytes(const ModelSpec& m, int l, int dp,
 }
 
 // ──────────────────────────── memory ────────────────────────────
-
-/// Which side of each layer recomputes its activations in the backward pass (full
-/// recomputation: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-/// Transformer Models", §4, keep only the side's input and rerun its forward). The A side
-/// is attention, norms and router; the F side the experts (routed and shared) or the dense
-/// FFN. Disaggregated, the two sides live on different GPUs, so each recomputes only where
-/// its own memory needs it; colocated, a worker may still recompute only one part.
-struct Recompute {
-  bool attention = false;  ///< the A side keeps only its input (T·d)
-  bool ffn = false;        ///< the F side keeps only the rows it received
-  constexpr Recompute() = default;
-  /// Both flags, A side first. No constructor from one bool: an allocation written as
-  /// {…, true, …} before recomputation was per side does not compile, rather than silently
-  /// meaning {true, false}.
-  constexpr Recompute(bool attention_side, bool ffn_side) : attention(attention_side), ffn(ffn_side) {}
-  /// Both sides alike.
-  static constexpr Recompute both(bool on) { return {on, on}; }
-  [[nodiscard]] constexpr bool any() const { return attention || ffn; }
-  friend constexpr bool operator==(const Recompute&, const Recompute&) = default;
-};
-
-/// "off", "A", "F" or "A+F": which sides recompute, for messages and tables.
-inline std::string to_string(Recompute r) {
-  return r.attention ? (r.ffn ? "A+F" : "A") : (r.ffn ? "F" : "off");
-}
 
 /// How training state is kept.
 struct MemoryOptions {

@@ -74,7 +74,7 @@ class AttentionStage {
     const std::size_t i = index_of(layer);
     auto it = emplace(saved_, std::pair{layer, mb}, "forward", layer, mb);
     compute_.forward(weights_[i], layer, h, output_, it->second.saved);
-    if (options_.recompute) {
+    if (options_.recompute.attention) {
       it->second.input = h;
       it->second.saved = {};
     }
@@ -85,7 +85,7 @@ class AttentionStage {
   void backward_input(int layer, int mb, const AttentionGradients<T>& g, Matrix& dh) {
     const std::size_t i = index_of(layer);
     Entry& e = entry(layer, mb, "backward_input");
-    if (options_.recompute) {
+    if (options_.recompute.attention) {
       AttentionOutput<T> scratch;
       compute_.forward(weights_[i], layer, e.input, scratch, e.saved);
       e.input = Matrix();

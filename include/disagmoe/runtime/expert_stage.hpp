@@ -95,7 +95,7 @@ class ExpertStage {
       return at;
     }();
     compute_.forward(weights_[i], offsets, rows, out, it->second.saved);
-    if (options_.recompute) {
+    if (options_.recompute.ffn) {
       it->second.rows = rows;
       it->second.offsets.assign(offsets.begin(), offsets.end());
       it->second.saved = {};
@@ -108,7 +108,7 @@ class ExpertStage {
     const auto it = find_locked(layer, mb);
     if (it == saved_.end()) fail(field("backward_input", layer, mb), "not in flight", "forward() first");
     Entry& e = it->second;
-    if (options_.recompute) {
+    if (options_.recompute.ffn) {
       Matrix scratch;
       compute_.forward(weights_[i], e.offsets, e.rows, scratch, e.saved);
       e.rows = Matrix();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/plan/recompute.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -20,7 +21,8 @@ struct StageOptions {
   std::uint64_t seed = 1;
   /// Keep only a layer's input after forward and recompute the rest in backward
   /// (activation checkpointing, Chen et al. 2016): less memory, one more forward.
-  bool recompute = false;
+  /// Per side, as a plan decides it: AttentionStage follows `attention`, ExpertStage `ffn`.
+  plan::Recompute recompute{};
 };
 
 /// Stream ids for `model::derive_seed` (the first word after the seed).
