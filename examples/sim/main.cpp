@@ -237,12 +237,14 @@ int main(int argc, char** argv) {
                                  {batch_from_plan ? "--plan global_batch" : "--global-batch", "--micro-batches",
                                   "--chunks"});
     std::optional<ds::AfLayout> af;
-    dz::plan::Recompute plan_recompute{};  // --plan's, for AF-Pipe only: the baselines choose their own
+    // The plan's recomputation (--plan's or the planner's), for AF-Pipe on its layout
+    // only: the baselines, and a search for another A/F split, choose their own.
+    dz::plan::Recompute af_recompute{};
     if (plan_json) {
       // A plan is only valid for the model, cluster and sequence length it was made for.
       const auto pa = dz::plan::allocation_from_json(*plan_json, m, c, plan_file + ":$");
       af = ds::af_layout(pa);
-      plan_recompute = pa.recompute;
+      af_recompute = pa.recompute;
       knobs.af_fuse = pa.fuse;  // the plan's stage-alignment choice
     }
     if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
@@ -262,7 +264,6 @@ int main(int argc, char** argv) {
     // Notes on fallbacks, printed once a step was simulated: an error stays one line.
     std::vector<std::string> notes;
     std::optional<ds::AfLayout> planned;
-    dz::plan::Recompute planned_recompute{};
     if (!af && !search_layout && af_mode) {
       try {
         const bool planners_run = micro_batches == 0 && knobs.af_group_size == 0 && !cost.embedding_head;
@@ -272,7 +273,7 @@ int main(int argc, char** argv) {
                           "(it simulates its own micro-batches and ping-pong group, without the embedding and "
                           "head: --micro-batches, --af-group-size and --embedding-head set them here)");
         planned = ds::af_layout(pa);
-        planned_recompute = pa.recompute;
+        af_recompute = pa.recompute;
         knobs.af_fuse = pa.fuse;
       } catch (const disagmoe::ConfigError& e) {
         // No allocation fits the planner's memory model (the simulator's too): say so and
@@ -293,7 +294,7 @@ int main(int argc, char** argv) {
         if (n == "afpipe" && planned) {
           try {
             ds::CostOptions pc = cost;  // the plan's recomputation, as planned_simulation sets it
-            pc.memory.recompute = planned_recompute;
+            pc.memory.recompute = af_recompute;
             runs.push_back(ds::simulate_best(n, m, c, pc, knobs, stages, planned));
             continue;
           } catch (const disagmoe::ConfigError& e) {
@@ -306,7 +307,7 @@ int main(int argc, char** argv) {
           }
         }
         ds::CostOptions cn = cost;
-        if (n == "afpipe") cn.memory.recompute = plan_recompute;
+        if (n == "afpipe" && af) cn.memory.recompute = af_recompute;
         runs.push_back(ds::simulate_best(n, m, c, cn, knobs, stages, af));
       } catch (const disagmoe::ConfigError& e) {
         if (!compare) throw;

@@ -107,24 +107,44 @@ TEST_CASE("require_fit names the worker type, the bytes needed and the bytes ava
   }
 }
 
-TEST_CASE("AnalyticModel: busy times equal a recount from layer costs (tiny model, 2 nodes)") {
+namespace {
+// The tiny model at 64 tokens per sequence on 2 nodes of 4 GPUs and 4 NICs, 16 sequences per step.
+AnalyticModel tiny_two_nodes(PlanOptions o = {}) {
   ModelSpec m = test::tiny_model();
   m.seq_len = 64;
-  const ClusterSpec c = small_cluster(2, 4, 4);
-  PlanOptions o;
   o.global_batch = 16;
-  const AnalyticModel model(m, c, o);
+  return AnalyticModel(m, small_cluster(2, 4, 4), o);
+}
+
+// The tiny model's two layers from their layer costs (F group of 4, send-once): FLOPs by
+// side, all passes and forward only, and the A↔F bytes of one micro-batch.
+struct TinyLayerSums {
+  double attention = 0, attention_forward = 0, ffn = 0, ffn_forward = 0, bytes = 0;
+};
+TinyLayerSums tiny_layer_sums(const ModelSpec& m) {
+  TinyLayerSums t;
+  for (int l = 0; l < 2; ++l) {
+    const LayerCost lc = layer_cost(m, l, DispatchOptions{4, true, 0});
+    t.attention += lc.attention_side().total();
+    t.attention_forward += lc.attention_side().forward;
+    t.ffn += lc.ffn_side().total();
+    t.ffn_forward += lc.ffn_side().forward;
+    t.bytes += lc.dispatch_bytes + lc.return_bytes;
+  }
+  return t;
+}
+}  // namespace
+
+TEST_CASE("AnalyticModel: busy times equal a recount from layer costs (tiny model, 2 nodes)") {
+  const AnalyticModel model = tiny_two_nodes();
+  const ModelSpec& m = model.model();
+  const ClusterSpec& c = model.cluster();
   const Allocation x{1, 2, 2, 1, 3};  // p=1: A group 4 GPUs, F group 4 GPUs; 2 and 6 NICs
   REQUIRE(model.valid(x));
   const StepEstimate e = model.estimate(x);
   const double peak = c.gpu.peak_flops(m.dtype);
-  double fa = 0, ff = 0, bytes = 0;
-  for (int l = 0; l < 2; ++l) {
-    const LayerCost lc = layer_cost(m, l, DispatchOptions{4, true, 0});
-    fa += lc.attention_side().total();
-    ff += lc.ffn_side().total();
-    bytes += lc.dispatch_bytes + lc.return_bytes;
-  }
+  const TinyLayerSums sums = tiny_layer_sums(m);
+  const double fa = sums.attention, ff = sums.ffn, bytes = sums.bytes;
   CHECK(e.attention_seconds == doctest::Approx(fa / (peak * 0.5) / 4));
   CHECK(e.ffn_seconds == doctest::Approx(ff / (peak * 0.45) / 4));
   // Gradient all-reduce once per step, by hand: the A group (4 GPUs on 2 nodes) holds
@@ -149,21 +169,11 @@ TEST_CASE("AnalyticModel: busy times equal a recount from layer costs (tiny mode
 }
 
 TEST_CASE("recomputation per side: each side's compute and memory follow its own setting only") {
-  ModelSpec m = test::tiny_model();
-  m.seq_len = 64;
-  const ClusterSpec c = small_cluster(2, 4, 4);
-  PlanOptions o;
-  o.global_batch = 16;
-  const AnalyticModel model(m, c, o);
-  const double peak = c.gpu.peak_flops(m.dtype);
-  double fa = 0, fa_fwd = 0, ff = 0, ff_fwd = 0;
-  for (int l = 0; l < 2; ++l) {
-    const LayerCost lc = layer_cost(m, l, DispatchOptions{4, true, 0});
-    fa += lc.attention_side().total();
-    fa_fwd += lc.attention_side().forward;
-    ff += lc.ffn_side().total();
-    ff_fwd += lc.ffn_side().forward;
-  }
+  const AnalyticModel model = tiny_two_nodes();
+  const ModelSpec& m = model.model();
+  const double peak = model.cluster().gpu.peak_flops(m.dtype);
+  const TinyLayerSums sums = tiny_layer_sums(m);
+  const double fa = sums.attention, fa_fwd = sums.attention_forward, ff = sums.ffn, ff_fwd = sums.ffn_forward;
   const Allocation off{1, 2, 2, 1, 3};
   for (const Recompute rc :
        {Recompute{false, false}, Recompute{true, false}, Recompute{false, true}, Recompute{true, true}}) {
@@ -194,11 +204,12 @@ TEST_CASE("recomputation per side: each side's compute and memory follow its own
   x.recompute = {false, true};
   CHECK(model.describe_allocation(x).find("recompute=F ") != std::string::npos);
   // The policy applies to each side: kOff and kOn admit only their own setting.
-  PlanOptions on = o;
+  PlanOptions on;
   on.recompute = RecomputePolicy::kOn;
-  CHECK_FALSE(AnalyticModel(m, c, on).valid(x));
+  const AnalyticModel always = tiny_two_nodes(on);
+  CHECK_FALSE(always.valid(x));
   x.recompute = Recompute::both(true);
-  CHECK(AnalyticModel(m, c, on).valid(x));
+  CHECK(always.valid(x));
 }
 
 namespace {

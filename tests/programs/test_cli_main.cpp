@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -51,23 +52,42 @@ TEST_CASE("report_exception: input and environment errors exit 2, bugs exit 3, o
   }
 }
 
+namespace {
+
+// What run_main did with `args` (after the program name): its exit code, its stderr and
+// whether it ran the body.
+struct Outcome {
+  int code = -1;
+  std::string err;
+  bool ran = false;
+};
+Outcome run(CLI::App& app, std::vector<std::string> args) {
+  args.insert(args.begin(), "prog");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::ostringstream err;
+  auto* old = std::cerr.rdbuf(err.rdbuf());
+  Outcome o;
+  o.code = disagmoe::cli::run_main(app, static_cast<int>(args.size()), argv.data(), [&] {
+    o.ran = true;
+    return 0;
+  });
+  std::cerr.rdbuf(old);
+  o.err = err.str();
+  return o;
+}
+
+}  // namespace
+
 TEST_CASE("run_main: an empty argument is one error line and exit 2, before parsing") {
   CLI::App app{"test", "prog"};
   std::string path;
   app.add_option("--path", path);
-  std::string a0 = "prog", a1 = "--path", a2 = "x", a3;
-  char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), nullptr};
-  std::ostringstream err;
-  auto* old = std::cerr.rdbuf(err.rdbuf());
-  bool ran = false;
-  const int code = disagmoe::cli::run_main(app, 4, argv, [&] {
-    ran = true;
-    return 0;
-  });
-  std::cerr.rdbuf(old);
-  CHECK(code == 2);
-  CHECK_FALSE(ran);
-  CHECK(err.str() == "prog: error: argument 3 = \"\": expected a non-empty argument (see --help)\n");
+  const Outcome o = run(app, {"--path", "x", ""});
+  CHECK(o.code == 2);
+  CHECK_FALSE(o.ran);
+  CHECK(o.err == "prog: error: argument 3 = \"\": expected a non-empty argument (see --help)\n");
 }
 
 TEST_CASE("run_main: an integer beyond 64 bits is named as typed, not as CLI11's saturated value") {
@@ -75,27 +95,18 @@ TEST_CASE("run_main: an integer beyond 64 bits is named as typed, not as CLI11's
     CLI::App app{"test", "prog"};
     long n = 0;
     app.add_option("--n", n);
-    std::string a0 = "prog", a1 = "--n", a2 = value;
-    char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
-    std::ostringstream err;
-    auto* old = std::cerr.rdbuf(err.rdbuf());
-    bool ran = false;
-    const int code = disagmoe::cli::run_main(app, 3, argv, [&] {
-      ran = true;
-      return 0;
-    });
-    std::cerr.rdbuf(old);
+    const Outcome o = run(app, {"--n", value});
     CAPTURE(value);
-    CHECK(code == 2);
-    CHECK_FALSE(ran);
-    CHECK(err.str() == "prog: error: --n = " + value + ": expected an integer that fits 64 bits\n");
+    CHECK(o.code == 2);
+    CHECK_FALSE(o.ran);
+    CHECK(o.err == "prog: error: --n = " + value + ": expected an integer that fits 64 bits\n");
   }
   // The largest 64-bit value is accepted as it is.
   CLI::App app{"test", "prog"};
   long n = 0;
   app.add_option("--n", n);
-  std::string a0 = "prog", a1 = "--n", a2 = "9223372036854775807";
-  char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
-  CHECK(disagmoe::cli::run_main(app, 3, argv, [] { return 0; }) == 0);
+  const Outcome o = run(app, {"--n", "9223372036854775807"});
+  CHECK(o.code == 0);
+  CHECK(o.ran);
   CHECK(n == 9223372036854775807L);
 }
