@@ -1,11 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0
 # disagmoe_add_test(NAME name SOURCES a.cpp ... [LIBS ...] [LABELS ...] [TIMEOUT s])
 #   One doctest executable per module, registered with ctest under `name`.
+option(DISAGMOE_UNITY_TESTS "Compile each test module's files in unity batches (faster full builds)" ON)
+if(NOT DEFINED CMAKE_UNITY_BUILD_BATCH_SIZE)
+  set(CMAKE_UNITY_BUILD_BATCH_SIZE 4)  # keeps both cores of a 2-core machine busy
+endif()
 function(disagmoe_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(test_${T_NAME} ${T_SOURCES})
   target_link_libraries(test_${T_NAME} PRIVATE disagmoe_doctest_main disagmoe::core ${T_LIBS})
   target_compile_options(test_${T_NAME} PRIVATE ${DISAGMOE_WARNINGS})
+  if(DISAGMOE_UNITY_TESTS)
+    # The test files of one module share most template instantiations (the simulator,
+    # the planner, the trainer): compiled together they are instantiated once per batch
+    # instead of once per file.
+    set_target_properties(test_${T_NAME} PROPERTIES UNITY_BUILD ON)
+  endif()
   if(DISAGMOE_BUILD_FUZZERS)
     # The fuzz preset builds and runs only the fuzz targets; the test target still
     # exists so that module CMake code may configure it.
@@ -56,6 +66,9 @@ set(DISAGMOE_WARNINGS
 #   that ctest runs for ITERATIONS (default 20000) seeded mutations of the corpus. Both
 #   run under asan.
 option(DISAGMOE_BUILD_FUZZERS "Build libFuzzer targets (needs clang)" OFF)
+# The asan preset turns the replays off: the fuzz preset runs the same targets under the
+# same sanitizers, and the replays of the programs' argument parsing are its costliest build.
+option(DISAGMOE_FUZZ_REPLAYS "Without DISAGMOE_BUILD_FUZZERS, build the fuzz targets as seeded replays" ON)
 set(DISAGMOE_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer target runs under ctest")
 function(disagmoe_add_fuzz)
   cmake_parse_arguments(F "" "NAME;SOURCE;CORPUS;ITERATIONS;INPUT_TIMEOUT" "LIBS" ${ARGN})
@@ -74,10 +87,12 @@ function(disagmoe_add_fuzz)
     add_test(NAME ${exe} COMMAND ${CMAKE_COMMAND} -E env
              sh -c "mkdir -p '${corpus_copy}' && exec $<TARGET_FILE:${exe}> -max_total_time=${DISAGMOE_FUZZ_SECONDS} -timeout=${F_INPUT_TIMEOUT} -max_len=4096 '${corpus_copy}' '${F_CORPUS}'")
     set_tests_properties(${exe} PROPERTIES LABELS fuzz TIMEOUT 300)
-  else()
+  elseif(DISAGMOE_FUZZ_REPLAYS)
     add_executable(${exe} ${F_SOURCE} "${PROJECT_SOURCE_DIR}/tests/fuzz_replay_main.cpp")
     add_test(NAME ${exe} COMMAND ${exe} --iterations ${F_ITERATIONS} --seed 1 "${F_CORPUS}")
     set_tests_properties(${exe} PROPERTIES LABELS fuzz TIMEOUT 600)
+  else()
+    return()
   endif()
   target_link_libraries(${exe} PRIVATE disagmoe::core ${F_LIBS})
 endfunction()

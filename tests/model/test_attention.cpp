@@ -7,6 +7,8 @@
 #include <disagmoe/model/random.hpp>
 #include <disagmoe/model/rotary.hpp>
 
+#include "matrix_util.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -17,17 +19,12 @@
 
 using namespace disagmoe::model;
 using disagmoe::ConfigError;
+using disagmoe::test::random_matrix;
+using disagmoe::test::rel_err;
 
 namespace {
 
 using Mat = Matrix<double>;
-
-Mat random_matrix(Rng& rng, Eigen::Index rows, Eigen::Index cols, double scale) {
-  Mat m(rows, cols);
-  for (Eigen::Index i = 0; i < rows; ++i)
-    for (Eigen::Index j = 0; j < cols; ++j) m(i, j) = scale * rng.normal();
-  return m;
-}
 
 AttentionWeights<double> random_weights(Rng& rng, const AttentionShape& s) {
   // Scaled so that scores are O(1): softmax neither uniform nor one-hot.
@@ -110,9 +107,6 @@ Mat naive_forward(const AttentionShape& s, const AttentionWeights<double>& w, co
       for (int t = 0; t < s.heads * D; ++t) y(r, c) += o(r, t) * w.wo(c, t);
   return y;
 }
-
-double max_abs(const Mat& m) { return m.size() == 0 ? 0.0 : m.cwiseAbs().maxCoeff(); }
-double rel_err(const Mat& a, const Mat& ref) { return max_abs(a - ref) / std::max(max_abs(ref), 1e-300); }
 
 struct Case {
   AttentionShape shape;

@@ -10,6 +10,8 @@
 #include <disagmoe/model/rms_norm.hpp>
 #include <disagmoe/model/tensor.hpp>
 
+#include "matrix_util.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -23,6 +25,8 @@
 
 using namespace disagmoe::model;
 using disagmoe::ConfigError;
+using disagmoe::test::random_matrix;
+using disagmoe::test::rel_err;
 
 namespace {
 
@@ -34,25 +38,8 @@ constexpr double kFdStep = 1e-6;
 constexpr double kFdTol = 1e-6;     // relative, against the gradient's max-norm
 constexpr double kFloatTol = 1e-5;  // float vs double, relative to the max-norm
 
-MatD random_matrix(Rng& rng, Index rows, Index cols, double scale = 1.0) {
-  MatD m(rows, cols);
-  for (Index i = 0; i < rows; ++i)
-    for (Index j = 0; j < cols; ++j) m(i, j) = scale * rng.normal();
-  return m;
-}
-
 MatF to_float(const MatD& m) { return m.cast<float>(); }
 MatD to_double(const MatF& m) { return m.cast<double>(); }
-
-/// ||got - want||_inf / ||want||_inf (absolute when want is zero).
-double rel_err(const MatD& got, const MatD& want) {
-  REQUIRE(got.rows() == want.rows());
-  REQUIRE(got.cols() == want.cols());
-  if (got.size() == 0) return 0.0;
-  const double den = want.cwiseAbs().maxCoeff();
-  const double num = (got - want).cwiseAbs().maxCoeff();
-  return den > 0 ? num / den : num;
-}
 
 /// Central differences of `loss` w.r.t. every entry of `p` (restored afterwards).
 MatD fd_grad(MatD& p, const std::function<double()>& loss) {

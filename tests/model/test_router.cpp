@@ -5,6 +5,8 @@
 #include <disagmoe/model/random.hpp>
 #include <disagmoe/model/router.hpp>
 
+#include "matrix_util.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,15 +17,10 @@
 
 using namespace disagmoe::model;
 using disagmoe::ConfigError;
+using disagmoe::test::max_abs;
+using disagmoe::test::random_matrix;
 
 namespace {
-
-Matrix<double> random_matrix(Rng& rng, Eigen::Index rows, Eigen::Index cols, double sd) {
-  Matrix<double> m(rows, cols);
-  for (Eigen::Index r = 0; r < rows; ++r)
-    for (Eigen::Index c = 0; c < cols; ++c) m(r, c) = sd * rng.normal();
-  return m;
-}
 
 std::vector<double> naive_logits(const Matrix<double>& wg, const Matrix<double>& x,
                                  Eigen::Index t) {
@@ -132,7 +129,6 @@ Grads<T> analytic(const RouterOptions& o, const Matrix<T>& wg, const Matrix<T>& 
   return g;
 }
 
-double max_abs(const Matrix<double>& m) { return m.size() ? m.cwiseAbs().maxCoeff() : 0.0; }
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <disagmoe/plan/allocation_milp.hpp>
 #include <disagmoe/spec/presets.hpp>
 
+#include "small_case.hpp"
 #include "tiny_model.hpp"
 
 #include <doctest/doctest.h>
@@ -214,22 +215,7 @@ TEST_CASE("recomputation per side: each side's compute and memory follow its own
 
 namespace {
 
-struct Case {
-  const char* model;
-  int seq;
-  int nodes, gpus, nics;
-  double hbm;
-  int global_batch;
-  RecomputePolicy rc;
-};
-
-ModelSpec case_model(const Case& k) {
-  ModelSpec m = std::string(k.model) == "tiny" ? test::tiny_model() : model_preset(k.model);
-  m.seq_len = k.seq;
-  return m;
-}
-
-const std::vector<Case> kCases{
+const std::vector<test::SmallCase> kCases{
     {"tiny", 64, 1, 8, 0, 80e9, 64, RecomputePolicy::kAuto},
     {"tiny", 64, 2, 4, 4, 80e9, 32, RecomputePolicy::kOff},
     {"olmoe-1b-7b", 2048, 1, 8, 0, 80e9, 64, RecomputePolicy::kAuto},
@@ -246,8 +232,8 @@ const std::vector<Case> kCases{
 
 TEST_CASE("MILP formulation: each allocation that fits and uses every NIC is feasible with objective = its bound") {
   long cut_by_rows = 0;  // allocations whose two sides fit alone but not together
-  for (const Case& k : kCases) {
-    const AnalyticModel model(case_model(k), small_cluster(k.nodes, k.gpus, k.nics, k.hbm), PlanOptions{k.global_batch, {}, {}, k.rc});
+  for (const test::SmallCase& k : kCases) {
+    const AnalyticModel model = k.analytic_model();
     const AllocationMilp f = build_allocation_milp(model);
     long feasible = 0, checked = 0;
     bool any_fits = false;

@@ -4,7 +4,7 @@
 #include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/spec/presets.hpp>
 
-#include "tiny_model.hpp"
+#include "small_case.hpp"
 
 #include <doctest/doctest.h>
 
@@ -15,24 +15,10 @@
 
 using namespace disagmoe;
 using namespace disagmoe::plan;
-
-namespace {
-
 using test::small_cluster;
 
-struct Case {
-  const char* model;
-  int seq;
-  int nodes, gpus, nics;
-  double hbm;
-  int global_batch;
-  RecomputePolicy rc;
-};
-
-}  // namespace
-
 TEST_CASE("MILP optimum equals exhaustive enumeration on small clusters") {
-  const std::vector<Case> cases{
+  const std::vector<test::SmallCase> cases{
       {"tiny", 64, 1, 8, 0, 80e9, 64, RecomputePolicy::kAuto},
       {"tiny", 64, 2, 4, 4, 80e9, 32, RecomputePolicy::kOff},
       {"olmoe-1b-7b", 2048, 1, 8, 0, 80e9, 64, RecomputePolicy::kAuto},
@@ -45,10 +31,8 @@ TEST_CASE("MILP optimum equals exhaustive enumeration on small clusters") {
       {"olmoe-1b-7b", 4096, 1, 8, 0, 1e9, 64, RecomputePolicy::kAuto},  // nothing fits
   };
   int one_side = 0;  // optima that recompute on one side only
-  for (const Case& k : cases) {
-    ModelSpec m = std::string(k.model) == "tiny" ? test::tiny_model() : model_preset(k.model);
-    m.seq_len = k.seq;
-    const AnalyticModel model(m, small_cluster(k.nodes, k.gpus, k.nics, k.hbm), PlanOptions{k.global_batch, {}, {}, k.rc});
+  for (const test::SmallCase& k : cases) {
+    const AnalyticModel model = k.analytic_model();
     const EnumerationResult e = enumerate_best_bound(model);
     const MilpSeed s = solve_allocation_milp(model);
     const MilpSeed whole = solve_allocation_milp(model, {}, false);  // without the cutoff

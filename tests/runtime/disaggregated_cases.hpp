@@ -6,10 +6,12 @@
 #include <disagmoe/model/reference_attention.hpp>
 #include <disagmoe/model/reference_experts.hpp>
 #include <disagmoe/runtime/colocated_trainer.hpp>
+#include <disagmoe/runtime/disaggregated_options.hpp>
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <string>
@@ -70,6 +72,35 @@ inline std::vector<Batch> batches(int steps, int sequences, int seq_len) {
   }
   return out;
 }
+
+/// A disaggregated run of spec_of's model: `pairs` A/F pairs of `attention_ranks` and
+/// `ffn_ranks` ranks, `micro_batches` micro-batches of 2 sequences per A-rank, and
+/// optionally an expert placement (expert_rank, empty for the default) with replicas.
+struct Layout {
+  const char* name;
+  int layers, top_k, dense, shared, pairs, attention_ranks, ffn_ranks, micro_batches;
+  std::vector<int> expert_rank;
+  std::vector<std::vector<int>> replicas;
+  bool fuse = false;
+  rt::ScheduleKind schedule = rt::ScheduleKind::kAfPipe;
+
+  dm::ModelSpec spec() const { return spec_of(layers, top_k, dense, shared); }
+  std::vector<Batch> data(int steps) const { return batches(steps, 2 * micro_batches * attention_ranks, spec().seq_len); }
+  /// The colocated reference takes each A-rank's share as a micro-batch.
+  int reference_micro_batches() const { return micro_batches * attention_ranks; }
+  rt::DisaggregatedOptions options() const {
+    rt::DisaggregatedOptions opt;
+    opt.schedule = schedule;
+    opt.pairs = pairs;
+    opt.attention_ranks = attention_ranks;
+    opt.ffn_ranks = ffn_ranks;
+    opt.expert_rank = expert_rank;
+    opt.expert_replicas = replicas;
+    opt.policy.fuse_combine_dispatch = fuse;
+    opt.executor.timeout = std::chrono::milliseconds(20000);
+    return opt;
+  }
+};
 
 template <class Set>
 void collect(const Set& ps, Parameters& out) {

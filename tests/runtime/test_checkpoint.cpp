@@ -7,6 +7,8 @@
 #include <disagmoe/runtime/checkpoint.hpp>
 #include <disagmoe/runtime/colocated_trainer.hpp>
 
+#include "temp_dir.hpp"
+
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -21,10 +23,11 @@ namespace dm = disagmoe;
 namespace rt = disagmoe::runtime;
 namespace mo = disagmoe::model;
 namespace fs = std::filesystem;
+using disagmoe::test::TempDir;
 
 namespace {
 
-using Trainer = rt::ColocatedTrainer<mo::ReferenceAttention<float>, mo::ReferenceExperts<float>>;
+using FloatTrainer = rt::ColocatedTrainer<mo::ReferenceAttention<float>, mo::ReferenceExperts<float>>;
 
 dm::ModelSpec spec_of(int hidden) {
   dm::ModelSpec m;
@@ -41,18 +44,18 @@ dm::ModelSpec spec_of(int hidden) {
   return m;
 }
 
-Trainer make(const dm::ModelSpec& m) {
+FloatTrainer make(const dm::ModelSpec& m) {
   mo::DecoderOptions o;
   o.aux_loss_coef = 0.01;
   o.z_loss_coef = 0.001;
   rt::TrainOptions t;
   t.micro_batches = 2;
   t.lr = {1e-2, 1e-3, 1, 6};
-  return Trainer(mo::ReferenceAttention<float>(m, o), mo::ReferenceExperts<float>(m, o), m, t, {5, {}});
+  return FloatTrainer(mo::ReferenceAttention<float>(m, o), mo::ReferenceExperts<float>(m, o), m, t, {5, {}});
 }
 
 // A random batch drawn from `rng` (the data position a checkpoint must carry).
-double train_step(Trainer& tr, mo::Rng& rng) {
+double train_step(FloatTrainer& tr, mo::Rng& rng) {
   std::vector<int> in, tg;
   for (int i = 0; i < 4 * tr.spec().seq_len; ++i) {
     in.push_back(static_cast<int>(rng.below(256)));
@@ -61,13 +64,7 @@ double train_step(Trainer& tr, mo::Rng& rng) {
   return tr.step({in, tg, 4}).loss;
 }
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("disagmoe_ckpt_" + std::to_string(::getpid()));
-  TempDir() { fs::remove_all(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-std::vector<float> all_values(Trainer& tr) {
+std::vector<float> all_values(FloatTrainer& tr) {
   std::vector<float> v;
   for (auto* set : {&tr.attention().parameters(), &tr.experts().parameters()})
     for (auto& s : set->slots()) v.insert(v.end(), s.value->data(), s.value->data() + s.value->size());

@@ -5,6 +5,8 @@
 #include <disagmoe/runtime/safetensors.hpp>
 #include <disagmoe/runtime/state_file.hpp>
 
+#include "temp_dir.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -17,33 +19,15 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <random>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 using namespace disagmoe::runtime;
 namespace fs = std::filesystem;
+using disagmoe::test::TempDir;
 
 namespace {
-
-/// A fresh directory under the temp directory, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("disagmoe_ckpt_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(counter++) + "_" + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path / name; }
-};
 
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -25,29 +25,6 @@ using namespace disaggregated_test;
 using Trainer = rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport>;
 using Colocated = rt::ColocatedTrainer<Attention, Experts>;
 
-struct Layout {
-  const char* name;
-  int layers, dense, pairs, attention_ranks, ffn_ranks, micro_batches;
-  rt::ScheduleKind schedule = rt::ScheduleKind::kAfPipe;
-  bool fuse = false;
-  int shared = 0;
-
-  dm::ModelSpec spec() const { return spec_of(layers, 2, dense, shared); }
-  std::vector<Batch> data(int steps) const { return batches(steps, 2 * micro_batches * attention_ranks, spec().seq_len); }
-  int reference_micro_batches() const { return micro_batches * attention_ranks; }
-  rt::DisaggregatedOptions options(std::vector<int> expert_rank = {}) const {
-    rt::DisaggregatedOptions opt;
-    opt.schedule = schedule;
-    opt.pairs = pairs;
-    opt.attention_ranks = attention_ranks;
-    opt.ffn_ranks = ffn_ranks;
-    opt.policy.fuse_combine_dispatch = fuse;
-    opt.expert_rank = std::move(expert_rank);
-    opt.executor.timeout = std::chrono::milliseconds(20000);
-    return opt;
-  }
-};
-
 // The colocated trainer's routing of each batch, taken before the step that trains on it.
 std::vector<std::vector<std::int32_t>> colocated_routing(const Layout& c, const std::vector<Batch>& data) {
   const auto spec = c.spec();
@@ -64,10 +41,11 @@ std::vector<std::vector<std::int32_t>> colocated_routing(const Layout& c, const 
 
 TEST_CASE("gather_routing: the workers' routers choose what the colocated trainer's do, in batch order") {
   const Layout layouts[] = {
-      {"one rank per worker, dense first layer, two pairs", 4, 1, 2, 1, 1, 2},
-      {"data- and expert-parallel workers, stage alignment", 4, 0, 2, 2, 2, 2, rt::ScheduleKind::kAfPipe, true},
-      {"1F1B expert parallel", 3, 0, 1, 2, 2, 2, rt::ScheduleKind::kOneFOneB},
-      {"A2A overlap, looped stages, shared expert", 4, 1, 2, 2, 2, 2, rt::ScheduleKind::kA2AOverlap, false, 1},
+      {"one rank per worker, dense first layer, two pairs", 4, 2, 1, 0, 2, 1, 1, 2},
+      {"data- and expert-parallel workers, stage alignment", 4, 2, 0, 0, 2, 2, 2, 2, {}, {}, true},
+      {"1F1B expert parallel", 3, 2, 0, 0, 1, 2, 2, 2, {}, {}, false, rt::ScheduleKind::kOneFOneB},
+      {"A2A overlap, looped stages, shared expert", 4, 2, 1, 1, 2, 2, 2, 2, {}, {}, false,
+       rt::ScheduleKind::kA2AOverlap},
   };
   for (const auto& c : layouts) {
     CAPTURE(std::string(c.name));
@@ -101,12 +79,12 @@ TEST_CASE("take_state: experts moved to other F-ranks mid-run train on as the co
   // row. Oracle: the colocated trainer over all four steps, and the run that never moved.
   for (const bool fuse : {false, true}) {
     CAPTURE(fuse);
-    const Layout c{"moved", 4, 1, 2, 1, 2, 2, rt::ScheduleKind::kAfPipe, fuse};
+    const Layout c{"moved", 4, 2, 1, 0, 2, 1, 2, 2, {}, {}, fuse};
     const auto spec = c.spec();
     const auto data = c.data(4);
-    std::vector<int> moved;
+    Layout moved = c;
     for (int l = 0; l < spec.layers; ++l)
-      for (const int r : {1, 0, 0, 1}) moved.push_back(spec.is_moe_layer(l) ? r : 0);
+      for (const int r : {1, 0, 0, 1}) moved.expert_rank.push_back(spec.is_moe_layer(l) ? r : 0);
     const Run ref = colocated(spec, c.reference_micro_batches(), data);
     Run got;
     std::vector<int> steps_after(static_cast<std::size_t>(rt::world_size(c.options())));
@@ -119,7 +97,7 @@ TEST_CASE("take_state: experts moved to other F-ranks mid-run train on as the co
       for (std::size_t i = 0; i < data.size(); ++i) {
         if (i == 2) {
           auto next = std::make_unique<Trainer>(Attention(spec, {}), Experts(spec, {}), spec,
-                                                train_options(c.micro_batches), c.options(moved), t);
+                                                train_options(c.micro_batches), moved.options(), t);
           next->take_state(*tr);
           tr = std::move(next);
           if (tr->experts() != nullptr) {  // the new layout: F-rank 0 holds experts 1 and 2 of every MoE layer

@@ -144,35 +144,6 @@ ColocatedGradients colocated_gradients(const dm::ModelSpec& spec, int m, const B
   return g;
 }
 
-struct Layout {
-  const char* name;
-  int layers, top_k, dense, shared, pairs, attention_ranks, ffn_ranks, micro_batches;
-  std::vector<int> expert_rank;
-  std::vector<std::vector<int>> replicas;
-  bool fuse = false;
-  rt::ScheduleKind schedule = rt::ScheduleKind::kAfPipe;
-
-  dm::ModelSpec spec() const { return spec_of(layers, top_k, dense, shared); }
-  /// `steps` batches of `micro_batches` micro-batches of 2 sequences per A-rank.
-  std::vector<Batch> data(int steps) const { return batches(steps, 2 * micro_batches * attention_ranks, spec().seq_len); }
-  /// The colocated reference takes each A-rank's share as a micro-batch.
-  int reference_micro_batches() const { return micro_batches * attention_ranks; }
-};
-
-rt::DisaggregatedOptions options_of(const Layout& c) {
-  rt::DisaggregatedOptions opt;
-  opt.schedule = c.schedule;
-  opt.pairs = c.pairs;
-  opt.attention_ranks = c.attention_ranks;
-  opt.ffn_ranks = c.ffn_ranks;
-  opt.expert_rank = c.expert_rank;
-  opt.expert_replicas = c.replicas;
-  opt.policy.fuse_combine_dispatch = c.fuse;
-  opt.executor.timeout = std::chrono::milliseconds(20000);
-  return opt;
-}
-
-// Four routed experts per layer throughout (spec_of).
 const std::vector<Layout>& layouts() {
   static const std::vector<Layout> all = {
       // Expert 1 on every F-rank (primary on 0, replicas on 1 and 2).
@@ -217,7 +188,7 @@ TEST_CASE("redundant experts: one step's gradients match the colocated trainer's
     CAPTURE(std::string(c.name));
     const auto spec = c.spec();
     const auto data = c.data(1);
-    const auto opt = options_of(c);
+    const auto opt = c.options();
     REQUIRE(rt::has_replicas(opt));
     const auto ref = colocated_gradients(spec, c.reference_micro_batches(), data[0]);
     const ReplicaRun got = replicated(spec, c.micro_batches, data, opt, false);
@@ -275,7 +246,7 @@ TEST_CASE("redundant experts: disaggregated training matches the colocated train
     const auto spec = c.spec();
     const auto data = c.data(3);
     const Run ref = colocated(spec, c.reference_micro_batches(), data);
-    const ReplicaRun got = replicated(spec, c.micro_batches, data, options_of(c), true);
+    const ReplicaRun got = replicated(spec, c.micro_batches, data, c.options(), true);
     check_close_stats(ref.stats, got.run.stats);
     REQUIRE(got.run.params.size() == ref.params.size());
     const double worst = max_tensor_rel_diff(ref.params, got.run.params);
