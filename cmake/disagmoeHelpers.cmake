@@ -62,12 +62,12 @@ set(DISAGMOE_WARNINGS
 #   `target.cpp` defines LLVMFuzzerTestOneInput. With clang and DISAGMOE_BUILD_FUZZERS
 #   it becomes a libFuzzer binary run for DISAGMOE_FUZZ_SECONDS by ctest (an input that
 #   runs longer than INPUT_TIMEOUT seconds, default libFuzzer's 1200, is a failure);
-#   otherwise it is linked with a deterministic mutation driver (tests/fuzz_replay_main.cpp)
-#   that ctest runs for ITERATIONS (default 20000) seeded mutations of the corpus. Both
-#   run under asan.
+#   otherwise, with DISAGMOE_FUZZ_REPLAYS, it is linked with a deterministic mutation driver
+#   (tests/fuzz_replay_main.cpp) that ctest runs for ITERATIONS (default 20000) seeded
+#   mutations of the corpus. The libFuzzer binaries run under address + UB sanitizers; the
+#   asan preset turns the replays off, since the fuzz preset runs the same targets sanitized
+#   and the replays of the programs' argument parsing are its costliest build.
 option(DISAGMOE_BUILD_FUZZERS "Build libFuzzer targets (needs clang)" OFF)
-# The asan preset turns the replays off: the fuzz preset runs the same targets under the
-# same sanitizers, and the replays of the programs' argument parsing are its costliest build.
 option(DISAGMOE_FUZZ_REPLAYS "Without DISAGMOE_BUILD_FUZZERS, build the fuzz targets as seeded replays" ON)
 set(DISAGMOE_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer target runs under ctest")
 function(disagmoe_add_fuzz)
