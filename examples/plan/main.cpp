@@ -30,9 +30,10 @@ void print_table(const plan::AdaptiveAllocator& allocator, const plan::Plan& p) 
   const plan::StepEstimate& e = p.predicted;
   std::printf(
       "%s on %s: seq %d, micro-batch %d, global batch %d sequences, recompute %s, fused combine + dispatch "
-      "%s\n",
+      "%s, context parallel %d\n",
       p.model.c_str(), p.cluster.c_str(), p.seq_len, p.micro_batch, p.global_batch,
-      plan::to_string(p.allocation.recompute).c_str(), p.allocation.fuse ? "on" : "off");
+      plan::to_string(p.allocation.recompute).c_str(), p.allocation.fuse ? "on" : "off",
+      p.allocation.context_parallel);
   const int used = p.attention_gpus + p.ffn_gpus;
   std::printf("%-10s %6s %7s %6s %12s %10s %14s %16s %12s\n", "side", "GPUs", "share", "NICs", "NIC GB/s/GPU",
               "group", "busy ms/mb", "memory GB/GPU", "intensity");
@@ -118,7 +119,7 @@ io::Json recommendation_json(const schedule::Recommendation& r) {
 int main(int argc, char** argv) {
   CLI::App app{"Plan DisagMoE's attention/FFN split of GPUs and NICs for a model on a cluster.", "disagmoe-plan"};
   std::string model_arg, cluster_arg, svg_path;
-  int seq_len = 0, micro_batch = 0, global_batch = 0;
+  int seq_len = 0, micro_batch = 0, global_batch = 0, context_parallel = 0;
   bool json = false, rdma_m2n = false, no_recommend = false;
   long refine_evaluations = 0;
   double sm_fraction = 0;
@@ -131,6 +132,12 @@ int main(int argc, char** argv) {
                  "share of SMs comm kernels hold on both ends of a transfer (default: the cluster's "
                  "kernel_comm_sm_fraction)");
   app.add_flag("--rdma-m2n", rdma_m2n, "M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction)");
+  app.add_option(
+         "--context-parallel", context_parallel,
+         "GPUs of one node that split each sequence of the attention groups, passing keys and values in a "
+         "ring (context parallelism); 0: the degree of 1, 2, 4, ... whose plan is fastest (chunks of at "
+         "least 4096 tokens)")
+      ->capture_default_str();
   app.add_option("--refine-evaluations", refine_evaluations,
                  "simulations the search by simulation from the analytic choice may run (0: the analytic plan; "
                  "default: as many as " + std::to_string(static_cast<long>(schedule::kRefineOps)) +
@@ -158,8 +165,10 @@ int main(int argc, char** argv) {
     }
     if (app.count("--global-batch"))
       expect(global_batch > 0, "--global-batch", global_batch, "a positive number of sequences");
+    expect_in("--context-parallel", context_parallel, 0, c.gpus_per_node);
     plan::PlanOptions o;
     o.global_batch = global_batch;
+    o.context_parallel = context_parallel;
     o.m2n_uses_sms = !rdma_m2n;
     const plan::AdaptiveAllocator allocator(m, c, o);
     std::optional<long> refine;
@@ -167,12 +176,15 @@ int main(int argc, char** argv) {
       expect_in("--refine-evaluations", refine_evaluations, 0L, 1000000L);
       refine = refine_evaluations;
     }
-    if (!no_recommend)  // before any simulation: the heaviest timeline the recommendation builds
+    if (!no_recommend) {  // before any simulation: the heaviest timeline the recommendation builds
+      schedule::CostOptions baselines =
+          schedule::cost_options(allocator.model().options(), allocator.model().model(), {});
+      baselines.context_parallel = 0;  // each baseline at its fastest degree (schedule::recommend)
       schedule::expect_timeline_fits(
-          schedule::ChunkedOverlap::kName, allocator.model().model(),
-          schedule::cost_options(allocator.model().options(), allocator.model().model(), plan::Allocation{}),
+          schedule::ChunkedOverlap::kName, allocator.model().model(), baselines,
           schedule::PolicyKnobs{}.chunks,
           {"--global-batch", "--global-batch", "chunks of the chunked baseline (--no-recommend skips it)"});
+    }
     const plan::Plan p = schedule::simulated_plan(allocator, refine, {"--global-batch", "--global-batch", "--chunks"});
     if (!svg_path.empty()) {
       std::ofstream out(svg_path);

@@ -126,7 +126,7 @@ void print_row(const ds::Simulated& s, double ref) {
 int main(int argc, char** argv) {
   CLI::App app{"Simulate one training step of AF-Pipe or a baseline schedule in virtual time", "disagmoe-sim"};
   std::string model = "deepseek-moe-16b", cluster = "h800x128", schedule = "afpipe", plan_file, trace, svg;
-  int seq_len = 0, micro_batches = 0, global_batch = 0, micro_batch = 0, stages = 0;
+  int seq_len = 0, micro_batches = 0, global_batch = 0, micro_batch = 0, stages = 0, context_parallel = 0;
   int groups = 0, attention_gpus = 0, ffn_gpus = 0, attention_nics = -1, ffn_nics = -1;
   bool as_json = false, compare = false, no_dedup = false, search_layout = false, rdma_m2n = false;
   double sm_fraction = -1;
@@ -166,6 +166,11 @@ int main(int argc, char** argv) {
   app.add_flag("--embedding-head", cost.embedding_head,
                "schedule the embedding and output head as ops on the first and last layer's worker (AF-Pipe: its A "
                "groups)");
+  app.add_option(
+      "--context-parallel", context_parallel,
+      "GPUs of one node that split each sequence, passing keys and values in a ring (context "
+      "parallelism), for every schedule (default: AF-Pipe on a plan at the plan's, --plan's or the "
+      "planner's, every other run at its fastest of 1, 2, 4, ... with chunks of at least 4096 tokens)");
   app.add_flag("--no-dedup", no_dedup, "send one row per chosen expert instead of one per destination GPU");
   app.add_flag("--json", as_json, "print one JSON object");
   app.add_option("--trace", trace, "write the timeline as Chrome trace JSON (Perfetto)")->check(disagmoe::cli::kPath);
@@ -228,6 +233,12 @@ int main(int argc, char** argv) {
     cost.global_batch = global_batch;
     cost.micro_batches = micro_batches;
     cost.dedup = !no_dedup;
+    const bool cp_given = app.count("--context-parallel") > 0;
+    if (cp_given) dz::expect_in("--context-parallel", context_parallel, 1, c.gpus_per_node);
+    // Context parallelism: as given, else each schedule's best (0), except AF-Pipe on a
+    // plan (--plan's or the planner's), which runs at the plan's degree.
+    cost.context_parallel = cp_given ? context_parallel : 0;
+    int af_context_parallel = cost.context_parallel;
     // Every timeline's cost before any is built, named by this program's options.
     const bool batch_from_plan =
         !app.count("--global-batch") && plan_json && plan_json->is_object() && plan_json->contains("global_batch");
@@ -246,6 +257,7 @@ int main(int argc, char** argv) {
       af = ds::af_layout(pa);
       af_recompute = pa.recompute;
       knobs.af_fuse = pa.fuse;  // the plan's stage-alignment choice
+      if (!cp_given) af_context_parallel = pa.context_parallel;
     }
     if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
       dz::expect(groups >= 1 && attention_gpus >= 1 && ffn_gpus >= 1, "--groups", groups,
@@ -267,6 +279,7 @@ int main(int argc, char** argv) {
     if (!af && !search_layout && af_mode) {
       try {
         const bool planners_run = micro_batches == 0 && knobs.af_group_size == 0 && !cost.embedding_head;
+        // The planner resolves a degree of 0 (plan::resolve_context_parallel).
         const auto pa = planned_allocation(m, c, cost, knobs, planners_run);
         if (!planners_run)
           notes.push_back("the planner's allocation is its analytic choice, not refined by simulation "
@@ -275,6 +288,7 @@ int main(int argc, char** argv) {
         planned = ds::af_layout(pa);
         af_recompute = pa.recompute;
         knobs.af_fuse = pa.fuse;
+        af_context_parallel = pa.context_parallel;
       } catch (const disagmoe::ConfigError& e) {
         // No allocation fits the planner's memory model (the simulator's too): say so and
         // let the simulator search, so that --compare still shows every schedule.
@@ -293,8 +307,10 @@ int main(int argc, char** argv) {
       try {
         if (n == "afpipe" && planned) {
           try {
-            ds::CostOptions pc = cost;  // the plan's recomputation, as planned_simulation sets it
+            // The plan's recomputation and degree, as planned_simulation sets them.
+            ds::CostOptions pc = cost;
             pc.memory.recompute = af_recompute;
+            pc.context_parallel = af_context_parallel;
             runs.push_back(ds::simulate_best(n, m, c, pc, knobs, stages, planned));
             continue;
           } catch (const disagmoe::ConfigError& e) {
@@ -307,7 +323,10 @@ int main(int argc, char** argv) {
           }
         }
         ds::CostOptions cn = cost;
-        if (n == "afpipe" && af) cn.memory.recompute = af_recompute;
+        if (n == "afpipe" && af) {
+          cn.memory.recompute = af_recompute;
+          cn.context_parallel = af_context_parallel;
+        }
         runs.push_back(ds::simulate_best(n, m, c, cn, knobs, stages, af));
       } catch (const disagmoe::ConfigError& e) {
         if (!compare) throw;

@@ -18,11 +18,14 @@ struct SmallCase {
   double hbm;
   int global_batch;  ///< 0: the planner's default
   RecomputePolicy rc;
+  int context_parallel = 1;  ///< PlanOptions::context_parallel
 
   [[nodiscard]] AnalyticModel analytic_model() const {
     ModelSpec m = std::string(model) == "tiny" ? tiny_model() : model_preset(model);
     m.seq_len = seq;
-    return AnalyticModel(m, small_cluster(nodes, gpus, nics, hbm), PlanOptions{global_batch, {}, {}, rc});
+    PlanOptions o{global_batch, {}, {}, rc};
+    o.context_parallel = context_parallel;
+    return AnalyticModel(m, small_cluster(nodes, gpus, nics, hbm), o);
   }
 };
 

@@ -50,10 +50,42 @@ inline MilpSeed solve_allocation_milp(const AnalyticModel& model, const milp::Op
   return seed;
 }
 
-/// Plans a model on a cluster. Construction validates the inputs (ConfigError).
+/// `o` with PlanOptions::context_parallel resolved: as given when >= 1; for 0 (auto)
+/// the degree of context_parallel_degrees whose plan (MILP seed + analytic local
+/// search) predicts the shortest step among those that fit memory, the smaller on
+/// ties; 1 when none fits (its planning then reports what does not). Splitting
+/// sequences multiplies the micro-batches, so where few long sequences make a step (the
+/// pipeline cannot fill) it can shorten the step several times over. Validates the
+/// inputs (ConfigError). One MILP solve and local search per degree.
+inline PlanOptions resolve_context_parallel(const ModelSpec& m, const ClusterSpec& c, PlanOptions o,
+                                            const milp::Options& options = {}) {
+  validate(m);
+  validate(c);
+  validate(o, m);
+  if (o.context_parallel >= 1) return o;
+  double best = std::numeric_limits<double>::infinity();
+  int choice = 1;
+  for (int cp : context_parallel_degrees(m, c.gpus_per_node)) {
+    o.context_parallel = cp;
+    const AnalyticModel model(m, c, o);
+    const MilpSeed seed = solve_allocation_milp(model, options);
+    if (!seed.found) continue;
+    const double step = local_search(model, AnalyticOracle{&model}, seed.allocation).best_step_seconds;
+    if (step < best) {
+      best = step;
+      choice = cp;
+    }
+  }
+  o.context_parallel = choice;
+  return o;
+}
+
+/// Plans a model on a cluster. Construction validates the inputs (ConfigError) and
+/// resolves an automatic context-parallel degree (resolve_context_parallel).
 class AdaptiveAllocator {
  public:
-  AdaptiveAllocator(ModelSpec m, ClusterSpec c, PlanOptions o = {}) : model_(std::move(m), std::move(c), std::move(o)) {}
+  AdaptiveAllocator(ModelSpec m, ClusterSpec c, PlanOptions o = {})
+      : model_(m, c, resolve_context_parallel(m, c, std::move(o))) {}
 
   /// The analytic model every stage uses.
   [[nodiscard]] const AnalyticModel& model() const { return model_; }

@@ -67,6 +67,12 @@ struct PlanOptions {
   /// Pipeline hand-offs and gradient all-reduces are NCCL kernels either way.
   bool m2n_uses_sms = true;
   int max_groups = 0;                            ///< upper bound on p; 0 = layers
+  /// Context parallelism inside the A groups (plan::context_parallel_ring_seconds): each
+  /// micro-batch's sequences split over this many GPUs of one node, which divides the A
+  /// GPUs per node and the A group size. 1: none. 0 (auto): AdaptiveAllocator plans at
+  /// the fastest of context_parallel_degrees (resolve_context_parallel); AnalyticModel
+  /// needs it resolved.
+  int context_parallel = 1;
 };
 
 /// Tokens per step when PlanOptions::global_batch is 0: 4 Mi, the batch of GPT-3's
@@ -114,6 +120,8 @@ inline void validate(const PlanOptions& o, const ModelSpec& m) {
   expect(o.max_groups >= 0, "max_groups", o.max_groups, "an integer >= 0 (0 = layers)");
   expect(o.memory.optimizer_bytes >= 0 && o.memory.grad_bytes >= 0, "memory.optimizer_bytes",
          o.memory.optimizer_bytes, "bytes >= 0");
+  expect(o.context_parallel >= 0 && o.context_parallel <= 1024, "context_parallel", o.context_parallel,
+         "a degree in [1, 1024], or 0 (auto)");
 }
 
 /// One candidate allocation (see the file comment for the layout).
@@ -132,6 +140,9 @@ struct Allocation {
   /// row per token to A_{l+1}. Which is faster depends on where the groups sit
   /// (AnalyticModel::pair_link_bytes), so the search chooses it per allocation.
   bool fuse = true;
+  /// Context parallelism of the A groups (PlanOptions::context_parallel, resolved): the
+  /// analytic model's own degree; the simulation of the allocation uses it too.
+  int context_parallel = 1;
   friend bool operator==(const Allocation&, const Allocation&) = default;
 };
 
@@ -205,18 +216,26 @@ class AnalyticModel {
     validate(c_);
     validate(o_, m_);
     o_.global_batch = global_batch_of(o_, m_);
+    expect(o_.context_parallel >= 1, "context_parallel", o_.context_parallel,
+           "a resolved degree >= 1 (AdaptiveAllocator resolves 0, auto)");
+    const int cp = o_.context_parallel;
     const double peak = c_.gpu.peak_flops(m_.dtype);
+    const RingAttentionSeconds ring = context_parallel_ring_seconds(m_, cp, c_, o_.efficiency.network);
     const DispatchOptions one{1, false, 1};
     for (int l = 0; l < m_.layers; ++l) {
       const LayerCost lc = layer_cost(m_, l);
       // Full recomputation reruns the forward pass before the backward one (Korthikanti
       // et al. 2022 §5: ≈ 33% more compute for 6 → 8 passes' worth of FLOPs).
+      // Per GPU micro-batch of T / cp tokens: 1/cp of every FLOP; an attention pass
+      // lasts at least its context-parallel ring (in FLOPs at the A side's rate).
       const PassFlops a = lc.attention_side(), r = lc.experts, o = lc.shared_experts + lc.dense_ffn;
       const double ea = peak * o_.efficiency.attention, ef = peak * o_.efficiency.ffn;
+      const double af = std::max(a.forward / cp, ring.forward * ea);
+      const double ab = std::max(a.backward_input / cp, ring.backward * ea), aw = a.backward_weight / cp;
       for (int rc = 0; rc < 2; ++rc) {
-        attention_s_[rc].push_back((a.total() + rc * a.forward) / ea);
-        routed_s_[rc].push_back((r.total() + rc * r.forward) / ef);
-        other_s_[rc].push_back((o.total() + rc * o.forward) / ef);
+        attention_s_[rc].push_back((af + (ab + aw) + rc * af) / ea);
+        routed_s_[rc].push_back((r.total() / cp + rc * r.forward / cp) / ef);
+        other_s_[rc].push_back((o.total() / cp + rc * o.forward / cp) / ef);
       }
       row_bytes_per_token_.push_back(dispatch_bytes(m_, l, one) / double(m_.tokens_per_micro_batch()));
       attention_params_.push_back(double(attention_side_params(m_, l)));
@@ -224,15 +243,21 @@ class AnalyticModel {
           m_.is_moe_layer(l) ? double(m_.shared_experts) * double(gated_ffn_params(m_, m_.shared_expert_ffn))
                              : double(gated_ffn_params(m_, m_.dense_ffn)));
     }
-    micro_batches_ = o_.global_batch / m_.micro_batch;
+    micro_batches_ = o_.global_batch / m_.micro_batch * cp;
+    tokens_ = double(m_.tokens_per_micro_batch()) / cp;
     capacity_ = c_.gpu.hbm_bytes * o_.memory_fraction;
   }
 
   [[nodiscard]] const ModelSpec& model() const { return m_; }
   [[nodiscard]] const ClusterSpec& cluster() const { return c_; }
   [[nodiscard]] const PlanOptions& options() const { return o_; }
-  /// Micro-batches per optimizer step (all A GPUs together).
+  /// Micro-batches per optimizer step (all A GPUs together), each of
+  /// tokens_per_micro_batch() tokens.
   [[nodiscard]] int micro_batches() const { return micro_batches_; }
+  /// Tokens of one micro-batch on one A GPU: seq_len × micro_batch / context_parallel.
+  [[nodiscard]] double tokens_per_micro_batch() const { return tokens_; }
+  /// The context-parallel degree of the A groups (PlanOptions::context_parallel).
+  [[nodiscard]] int context_parallel() const { return o_.context_parallel; }
   /// Usable bytes per GPU.
   [[nodiscard]] double capacity() const { return capacity_; }
   /// Largest p considered.
@@ -243,10 +268,11 @@ class AnalyticModel {
     const int total = c_.nodes * per_node;
     return (p >= 1 && per_node >= 1 && total % p == 0) ? total / p : 0;
   }
-  /// True when (p, a) is a usable A side: even split and no A GPU without a micro-batch.
+  /// True when (p, a) is a usable A side: even split, no A GPU without a micro-batch,
+  /// and context-parallel rings that fit inside the group and a node (cp divides both).
   [[nodiscard]] bool valid_attention(int p, int a) const {
-    const int g = group_size(p, a);
-    return p >= 1 && p <= max_groups() && g >= 1 && g <= micro_batches_;
+    const int g = group_size(p, a), cp = o_.context_parallel;
+    return p >= 1 && p <= max_groups() && g >= 1 && g <= micro_batches_ && a % cp == 0 && g % cp == 0;
   }
   /// True when (p, f) is a usable F side: the F GPUs split evenly into p groups and
   /// every F GPU of a group holds at least one expert (g <= E). Experts need not divide
@@ -272,6 +298,7 @@ class AnalyticModel {
       return o_.recompute == RecomputePolicy::kAuto || rc == (o_.recompute == RecomputePolicy::kOn);
     };
     if (!allowed(x.recompute.attention) || !allowed(x.recompute.ffn)) return false;
+    if (x.context_parallel != o_.context_parallel) return false;
     return x.attention_gpus_per_node + x.ffn_gpus_per_node <= c_.gpus_per_node && valid_attention(x.groups, x.attention_gpus_per_node) &&
            valid_ffn(x.groups, x.ffn_gpus_per_node) && valid_nics(x.attention_nics_per_node, x.ffn_nics_per_node);
   }
@@ -322,7 +349,7 @@ class AnalyticModel {
     const GroupNodes a = group_nodes(i, ga, x.attention_gpus_per_node), f = group_nodes(i, gf, x.ffn_gpus_per_node);
     const GroupNodes next = group_nodes((i + 1) % p, ga, x.attention_gpus_per_node);
     const double own = same_node_share(a, f), fused = same_node_share(next, f), hand = same_node_share(a, next);
-    const double rows = moe_rows(gf), imb = ffn_link_imbalance(gf), t = double(m_.tokens_per_micro_batch());
+    const double rows = moe_rows(gf), imb = ffn_link_imbalance(gf), t = tokens_;
     LinkBytes b;
     const auto add = [](double& nic, double& nvl, double bytes, double local) {
       nvl += bytes * local;
@@ -359,7 +386,8 @@ class AnalyticModel {
   /// `rc`. O(layers).
   [[nodiscard]] MemoryBytes attention_memory(int p, int a, bool rc) const {
     MemoryBytes worst;
-    for (const WorkerLoad& w : loads(p, group_size(p, a), 1, attention_in_flight(p, a), 0)) {
+    for (const WorkerLoad& w :
+         loads(p, group_size(p, a), 1, attention_in_flight(p, a) / o_.context_parallel, 0)) {
       const MemoryBytes b = attention_worker_memory(m_, w, memory_options({rc, false}));
       if (b.total() > worst.total()) worst = b;
     }
@@ -373,7 +401,7 @@ class AnalyticModel {
     const MemoryOptions mo = memory_options({false, rc});
     for (const WorkerLoad& w0 : loads(p, 1, group_size(p, f), 1, 0)) {
       WorkerLoad w1 = w0;
-      w1.ffn_in_flight = 1;
+      w1.ffn_in_flight = 1.0 / o_.context_parallel;  // one micro-batch of T / cp tokens
       const double fixed = ffn_worker_memory(m_, w0, mo).total();
       terms.emplace_back(fixed, ffn_worker_memory(m_, w1, mo).total() - fixed);
     }
@@ -429,7 +457,7 @@ class AnalyticModel {
     const int p = x.groups, ga = group_size(p, x.attention_gpus_per_node), gf = group_size(p, x.ffn_gpus_per_node);
     const double bw_a = side_bandwidth(p, x.attention_gpus_per_node, x.attention_nics_per_node);
     const double bw_f = side_bandwidth(p, x.ffn_gpus_per_node, x.ffn_nics_per_node);
-    const double rows = moe_rows(gf), t = double(m_.tokens_per_micro_batch()), mb = micro_batches_;
+    const double rows = moe_rows(gf), t = tokens_, mb = micro_batches_;
     const double share = double((m_.experts + gf - 1) / gf) / m_.experts, gb = grad_bytes();
     const double ea = all_reduce_edges(ga) / bw_a / mb, ef = all_reduce_edges(gf) / bw_f / mb;
     const double imb = ffn_link_imbalance(gf);
@@ -448,7 +476,9 @@ class AnalyticModel {
   /// Memory of the largest A and F worker of `x` (in flight as attention_in_flight).
   [[nodiscard]] FitReport memory(const Allocation& x) const {
     const int p = x.groups, ga = group_size(p, x.attention_gpus_per_node), gf = group_size(p, x.ffn_gpus_per_node);
-    const double in_flight = attention_in_flight(p, x.attention_gpus_per_node);
+    // Activations scale with the T / cp tokens of a micro-batch: cp of them in flight
+    // weigh as one of seq_len × micro_batch tokens (the unit of the memory model).
+    const double in_flight = attention_in_flight(p, x.attention_gpus_per_node) / o_.context_parallel;
     return check_fit(m_, loads(p, ga, gf, in_flight, in_flight * ga), capacity_, memory_options(x.recompute));
   }
 
@@ -467,7 +497,7 @@ class AnalyticModel {
     const double bw_f = side_bandwidth(p, x.ffn_gpus_per_node, x.ffn_nics_per_node);
     const double latency = c_.nodes == 1 ? c_.intra_node_latency : c_.nic_latency;
     const double grad_bytes = this->grad_bytes();
-    const double mb = micro_batches_, rows = moe_rows(gf), t = double(m_.tokens_per_micro_batch());
+    const double mb = micro_batches_, rows = moe_rows(gf), t = tokens_;
     const double share = double((m_.experts + gf - 1) / gf) / m_.experts, imb = ffn_link_imbalance(gf);
     // SMs the M2N kernels hold on both ends (ClusterSpec, per transport).
     const double sm = o_.m2n_uses_sms ? c_.kernel_comm_sm_fraction : c_.rdma_comm_sm_fraction;
@@ -577,7 +607,8 @@ class AnalyticModel {
     return "p=" + std::to_string(x.groups) + " A=" + std::to_string(x.attention_gpus_per_node) + "/node(" +
            std::to_string(x.attention_nics_per_node) + " NIC) F=" + std::to_string(x.ffn_gpus_per_node) +
            "/node(" + std::to_string(x.ffn_nics_per_node) + " NIC) recompute=" + to_string(x.recompute) +
-           " fuse=" + (x.fuse ? "on" : "off");
+           " fuse=" + (x.fuse ? "on" : "off") +
+           (x.context_parallel > 1 ? " cp=" + std::to_string(x.context_parallel) : std::string());
   }
 
   /// Recompute settings the policy allows for either side, off first.
@@ -640,6 +671,7 @@ class AnalyticModel {
   std::vector<double> attention_params_;       // A-side parameters per layer
   std::vector<double> replicated_ffn_params_;  // shared experts / dense FFN parameters per layer
   int micro_batches_ = 0;
+  double tokens_ = 0;  // per A GPU micro-batch
   double capacity_ = 0;
 };
 
@@ -659,7 +691,8 @@ void for_each_allocation(const AnalyticModel& model, F&& f) {
             for (int na = 0; na <= nic_max; ++na)
               for (int nf = 0; na + nf <= nic_max; ++nf) {
                 if (!model.valid_nics(na, nf)) continue;
-                for (bool fuse : {true, false}) f(Allocation{p, a, fg, na, nf, {ra, rf}, fuse});
+                for (bool fuse : {true, false})
+                  f(Allocation{p, a, fg, na, nf, {ra, rf}, fuse, model.context_parallel()});
               }
           }
         }

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace disagmoe::plan {
 
@@ -271,6 +272,50 @@ constexpr std::int64_t ffn_side_params(const ModelSpec& m, int l) {
 inline double attention_grad_all_reduce_bytes(const ModelSpec& m, int l, int dp, double grad_bytes = 0) {
   const double gb = grad_bytes > 0 ? grad_bytes : bytes_of(m.dtype);
   return ring_all_reduce_bytes(double(attention_side_params(m, l)) * gb, dp);
+}
+
+/// Seconds the key/value ring of context parallelism takes per layer and pass, per GPU.
+struct RingAttentionSeconds {
+  double forward = 0;   ///< forward pass (and its recomputation)
+  double backward = 0;  ///< input-gradient pass
+};
+
+/// The key/value ring of context parallelism (CP) of degree `cp` inside a data-parallel
+/// attention group: each micro-batch's sequences are split over `cp` GPUs of one node,
+/// each holding T/cp tokens (load-balanced causal chunks, so each also does 1/cp of the
+/// attention FLOPs), and the key/value chunks travel around the ring (ring attention,
+/// Liu et al. 2023, arXiv 2310.01889; Megatron-Core's context parallelism): forward,
+/// every GPU receives the cp − 1 other chunks of 2·kv_heads·head_dim elements per token;
+/// backward, the chunks again and their gradients (2(cp − 1) transfers). Each hop is
+/// one message over the GPU's intra-node link (`c.intra_node_latency`, bandwidth ×
+/// `network_efficiency`). Ring attention computes on one chunk while the next arrives,
+/// so a pass takes the longer of its compute and its ring (schedule/cost_adapter.hpp,
+/// plan/allocation.hpp). Windowed layers are charged the whole ring too (an upper bound).
+/// All 0 for cp = 1. O(1).
+inline RingAttentionSeconds context_parallel_ring_seconds(const ModelSpec& m, int cp, const ClusterSpec& c,
+                                                          double network_efficiency) {
+  if (cp <= 1) return {};
+  const double chunk =
+      double(m.tokens_per_micro_batch()) / cp * 2.0 * m.kv_heads * m.head_dim * bytes_of(m.dtype);
+  const double hop = c.intra_node_latency + chunk / (c.intra_node_bandwidth * network_efficiency);
+  return {(cp - 1) * hop, 2.0 * (cp - 1) * hop};
+}
+
+/// Tokens per GPU micro-batch below which context parallelism is not chosen
+/// automatically: the efficiencies of plan::Efficiency are measured on micro-batches of
+/// 4K-token sequences, and smaller chunks run smaller, less efficient kernels, which
+/// this model does not price.
+inline constexpr double kMinContextParallelTokens = 4096;
+
+/// The context-parallel degrees an automatic choice tries for `m` on nodes of
+/// `gpus_per_node` GPUs: 1, 2, 4, … below gpus_per_node, each above 1 keeping at least
+/// kMinContextParallelTokens tokens per GPU micro-batch. O(log).
+inline std::vector<int> context_parallel_degrees(const ModelSpec& m, int gpus_per_node) {
+  std::vector<int> v{1};
+  for (int cp = 2; cp < gpus_per_node && double(m.tokens_per_micro_batch()) / cp >= kMinContextParallelTokens;
+       cp *= 2)
+    v.push_back(cp);
+  return v;
 }
 
 // ──────────────────────────── memory ────────────────────────────

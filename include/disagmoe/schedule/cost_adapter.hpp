@@ -44,6 +44,13 @@ struct CostOptions {
   /// worth of A work on a group holding 2), which the planner does not model yet; off,
   /// MFU still counts the head's FLOPs without simulating them.
   bool embedding_head = false;
+  /// Context parallelism of the attention (data-parallel) GPUs: each micro-batch's
+  /// sequences split over this many GPUs of one node, exchanging keys and values in a
+  /// ring (plan::context_parallel_ring_seconds). It divides the A GPUs per node and the
+  /// A group size (AF-Pipe) or the GPUs per stage and per node (colocated). 1: none.
+  /// 0: simulate_best tries each of plan::context_parallel_degrees and keeps the best
+  /// (the problems themselves need a degree).
+  int context_parallel = 1;
 };
 
 /// Sequences per step under `o` for model `m`: o.global_batch, or the planner's default.
@@ -159,6 +166,30 @@ inline int derive_micro_batches(const ModelSpec& m, const CostOptions& o, int dp
   return static_cast<int>(batch / per);
 }
 
+// Context parallelism of degree cp (CostOptions::context_parallel): a GPU's micro-batch
+// holds T / cp tokens, so every per-micro-batch cost and byte count is 1/cp of the whole
+// micro-batch's, except that an attention pass lasts at least its key/value ring (ring
+// attention overlaps the two). Weights, their gradients and state do not change.
+// Before add_recompute, so that a recomputed forward pays its ring again.
+inline void apply_context_parallel(LayerCost& x, int cp, const plan::RingAttentionSeconds& ring) {
+  if (cp == 1) return;
+  const double s = 1.0 / cp;
+  x.attn_fwd = std::max(x.attn_fwd * s, ring.forward);
+  x.attn_bwd = std::max(x.attn_bwd * s, ring.backward);
+  for (double* v : {&x.attn_wgrad, &x.expert_fwd, &x.expert_bwd, &x.expert_wgrad, &x.dispatch_bytes,
+                    &x.combine_bytes, &x.hidden_bytes, &x.attn_activation_bytes, &x.expert_activation_bytes})
+    *v *= s;
+}
+
+// ConfigError unless cp divides the `group` GPUs of a group and the `per_node` GPUs its
+// role has on each node: then each ring of cp consecutive ranks stays inside one group
+// and one node (its key/value traffic runs over NVLink).
+inline void expect_context_parallel(int cp, int group, int per_node, std::string_view what) {
+  expect(cp >= 1 && group % cp == 0 && per_node % cp == 0, "context_parallel", cp,
+         "a positive divisor of the " + std::string(what) + " (" + std::to_string(group) +
+             ") and of the GPUs per node (" + std::to_string(per_node) + ")");
+}
+
 // Full recomputation reruns each forward right before its backward (Korthikanti et al.
 // 2022 §5; the planner's "compute × 4/3"), on the critical path of the input gradient,
 // on each side that recomputes.
@@ -193,9 +224,13 @@ inline double model_flops_per_sequence_batch(const ModelSpec& m) {
 // gather with no FLOPs, so its roofline time is its HBM traffic (Williams et al. 2009):
 // T rows of d read and written forward; its gradient reads T rows of d and
 // read-modify-writes as many rows of the table's gradient.
-inline EmbeddingHeadCost embedding_head_cost(const ModelSpec& m, const ClusterSpec& c, const CostOptions& o) {
-  const plan::PassFlops head = plan::head_flops(m);
-  const double rows = double(m.tokens_per_micro_batch()) * m.hidden;
+inline EmbeddingHeadCost embedding_head_cost(const ModelSpec& m, const ClusterSpec& c, const CostOptions& o,
+                                             int cp = 1) {
+  plan::PassFlops head = plan::head_flops(m);
+  head.forward /= cp;  // a GPU's T / cp tokens (context parallelism)
+  head.backward_input /= cp;
+  head.backward_weight /= cp;
+  const double rows = double(m.tokens_per_micro_batch()) / cp * m.hidden;
   const double gb = o.memory.grad_bytes > 0 ? o.memory.grad_bytes : bytes_of(m.dtype);
   EmbeddingHeadCost e;
   e.embed_fwd = 2 * rows * bytes_of(m.dtype) / c.gpu.hbm_bandwidth;
@@ -230,7 +265,8 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
   expect(g % ep == 0 && m.experts % ep == 0, "ep", lay.ep,
          "a divisor of both the GPUs per stage (" + std::to_string(g) + ") and the experts (" +
              std::to_string(m.experts) + ")");
-  const int per_node = std::min(g, c.gpus_per_node);
+  const int per_node = std::min(g, c.gpus_per_node), cp = o.context_parallel;
+  detail::expect_context_parallel(cp, g, c.gpus_per_node, "GPUs per stage");
   const AllToAllRows rows = all_to_all_rows(m, ep, std::gcd(ep, per_node), o.dedup, lay.node_dedup);
   Problem p;
   for (int s = 0; s < lay.stages; ++s) {
@@ -244,7 +280,9 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
     p.workers.push_back(w);
   }
   p.network = network_of(c);
-  p.micro_batches = detail::derive_micro_batches(m, o, g, "GPUs per stage");
+  p.micro_batches = detail::derive_micro_batches(
+      m, o, g / cp, cp > 1 ? "GPUs per stage / context_parallel" : "GPUs per stage");
+  const plan::RingAttentionSeconds ring = plan::context_parallel_ring_seconds(m, cp, c, o.efficiency.network);
   const plan::DispatchOptions d{ep, o.dedup, 0};
   const double eb = bytes_of(m.dtype), t = double(m.tokens_per_micro_batch());
   const double gb = o.memory.grad_bytes > 0 ? o.memory.grad_bytes : eb;
@@ -261,7 +299,6 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
     x.expert_fwd = detail::flops_seconds(f.forward, c, m.dtype, o.efficiency.ffn);
     x.expert_bwd = detail::flops_seconds(f.backward_input, c, m.dtype, o.efficiency.ffn);
     x.expert_wgrad = detail::flops_seconds(f.backward_weight, c, m.dtype, o.efficiency.ffn);
-    detail::add_recompute(x, o);
     x.dispatch_bytes = lc.moe ? lc.dispatch_bytes : 0;  // t × rows.rows rows
     x.combine_bytes = lc.moe ? lc.return_bytes : 0;
     x.hidden_bytes = t * m.hidden * eb;
@@ -282,11 +319,13 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
     x.attn_activation_bytes = plan::attention_activation_bytes(m, l, o.memory) +
                               (lc.moe ? 0 : plan::ffn_activation_bytes(m, l, dense, d));
     x.expert_activation_bytes = lc.moe ? plan::ffn_activation_bytes(m, l, o.memory, d) : 0;
+    detail::apply_context_parallel(x, cp, ring);
+    detail::add_recompute(x, o);
     p.layers.push_back(x);
   }
-  if (o.embedding_head) p.embedding_head = detail::embedding_head_cost(m, c, o);
-  p.tokens_per_micro_batch = t * g;
-  p.flops_per_micro_batch = detail::model_flops_per_sequence_batch(m) * g;
+  if (o.embedding_head) p.embedding_head = detail::embedding_head_cost(m, c, o, cp);
+  p.tokens_per_micro_batch = t * g / cp;
+  p.flops_per_micro_batch = detail::model_flops_per_sequence_batch(m) * g / cp;
   return p;
 }
 
@@ -310,7 +349,8 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
   expect(pg >= 1 && (c.nodes * a) % pg == 0 && (c.nodes * f) % pg == 0, "groups", pg,
          "a positive divisor of both A GPUs (" + std::to_string(c.nodes * a) + ") and F GPUs (" +
              std::to_string(c.nodes * f) + ")");
-  const int ga = c.nodes * a / pg, gf = c.nodes * f / pg;
+  const int ga = c.nodes * a / pg, gf = c.nodes * f / pg, cp = o.context_parallel;
+  detail::expect_context_parallel(cp, ga, a, "A group size");
   expect(gf <= m.experts, "ffn_gpus_per_node", f,
          "an F group size (" + std::to_string(gf) + ") of at most experts (" + std::to_string(m.experts) + ")");
   if (c.nodes > 1)
@@ -334,7 +374,9 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
   if (c.nodes == 1)  // one node: A↔F traffic over NVLink only (Worker NICs unused)
     for (auto& w : p.workers) w.nic_bandwidth = 0;
   p.network = network_of(c);
-  p.micro_batches = detail::derive_micro_batches(m, o, ga, "A group size");
+  p.micro_batches = detail::derive_micro_batches(m, o, ga / cp,
+                                                 cp > 1 ? "A group size / context_parallel" : "A group size");
+  const plan::RingAttentionSeconds ring = plan::context_parallel_ring_seconds(m, cp, c, o.efficiency.network);
   const plan::DispatchOptions d{gf, o.dedup, 0};
   const double eb = bytes_of(m.dtype), t = double(m.tokens_per_micro_batch());
   const double gb = o.memory.grad_bytes > 0 ? o.memory.grad_bytes : eb;
@@ -353,9 +395,8 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
     x.expert_fwd = detail::flops_seconds(rs.forward * routed + os.forward * scale, c, m.dtype, o.efficiency.ffn);
     x.expert_bwd =
         detail::flops_seconds(rs.backward_input * routed + os.backward_input * scale, c, m.dtype, o.efficiency.ffn);
-    x.expert_wgrad =
-        detail::flops_seconds(rs.backward_weight * routed + os.backward_weight * scale, c, m.dtype, o.efficiency.ffn);
-    detail::add_recompute(x, o);
+    x.expert_wgrad = detail::flops_seconds(rs.backward_weight * routed + os.backward_weight * scale, c,
+                                           m.dtype, o.efficiency.ffn);
     x.ffn_imbalance = lc.moe ? busiest.rows : 1.0;
     x.dispatch_bytes = lc.dispatch_bytes;
     x.combine_bytes = lc.return_bytes * scale * x.ffn_imbalance;
@@ -394,11 +435,13 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
     // plan::ffn_worker_memory.
     x.expert_activation_bytes =
         plan::ffn_activation_bytes(m, l, o.memory, d) * scale * (lc.moe ? plan::ffn_busiest_share(m, gf) : 1.0);
+    detail::apply_context_parallel(x, cp, ring);
+    detail::add_recompute(x, o);
     p.layers.push_back(x);
   }
-  if (o.embedding_head) p.embedding_head = detail::embedding_head_cost(m, c, o);
-  p.tokens_per_micro_batch = t * ga;
-  p.flops_per_micro_batch = detail::model_flops_per_sequence_batch(m) * ga;
+  if (o.embedding_head) p.embedding_head = detail::embedding_head_cost(m, c, o, cp);
+  p.tokens_per_micro_batch = t * ga / cp;
+  p.flops_per_micro_batch = detail::model_flops_per_sequence_batch(m) * ga / cp;
   return p;
 }
 

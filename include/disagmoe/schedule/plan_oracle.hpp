@@ -24,22 +24,30 @@
 
 namespace disagmoe::schedule {
 
-/// AF-Pipe's layout for allocation `a` (every field but `recompute`, which is a cost,
-/// and `fuse`, which is a knob of the policy: planned_simulation carries both).
+/// AF-Pipe's layout for allocation `a` (every field but `recompute` and
+/// `context_parallel`, which are costs, and `fuse`, which is a knob of the policy:
+/// planned_simulation carries all three).
 inline AfLayout af_layout(const plan::Allocation& a) {
   return {a.groups, a.attention_gpus_per_node, a.ffn_gpus_per_node, a.attention_nics_per_node, a.ffn_nics_per_node};
 }
 
-/// The allocation of layout `l` with recomputation `recompute` and stage-aligned fusion
-/// `fuse` (inverse of af_layout).
-inline plan::Allocation allocation_of(const AfLayout& l, plan::Recompute recompute, bool fuse = true) {
-  return {l.groups, l.attention_gpus_per_node, l.ffn_gpus_per_node, l.attention_nics_per_node, l.ffn_nics_per_node,
-          recompute, fuse};
+/// The allocation of layout `l` with recomputation `recompute`, stage-aligned fusion
+/// `fuse` and context parallelism `context_parallel` (inverse of af_layout).
+inline plan::Allocation allocation_of(const AfLayout& l, plan::Recompute recompute, bool fuse = true,
+                                      int context_parallel = 1) {
+  return {l.groups,
+          l.attention_gpus_per_node,
+          l.ffn_gpus_per_node,
+          l.attention_nics_per_node,
+          l.ffn_nics_per_node,
+          recompute,
+          fuse,
+          context_parallel};
 }
 
 /// The simulator's costs for planner options `o` on model `m` and allocation `x`: the
 /// same efficiencies, training state (recomputation as `x` says), deduplication, usable
-/// HBM and batch (resolved: o.global_batch or the default).
+/// HBM, batch (resolved: o.global_batch or the default) and context parallelism (`x`'s).
 inline CostOptions cost_options(const plan::PlanOptions& o, const ModelSpec& m, const plan::Allocation& x) {
   CostOptions c;
   c.efficiency = o.efficiency;
@@ -48,6 +56,7 @@ inline CostOptions cost_options(const plan::PlanOptions& o, const ModelSpec& m, 
   c.dedup = o.dedup;
   c.global_batch = plan::global_batch_of(o, m);
   c.memory_fraction = o.memory_fraction;
+  c.context_parallel = x.context_parallel;
   return c;
 }
 
@@ -63,6 +72,7 @@ inline plan::PlanOptions plan_options(const CostOptions& c, const PolicyKnobs& k
   o.dedup = c.dedup;
   o.memory_fraction = c.memory_fraction;
   o.m2n_uses_sms = k.af_uses_sms;
+  o.context_parallel = c.context_parallel;
   return o;
 }
 

@@ -126,10 +126,10 @@ inline Recommendation verdict(const RankedSchedule& win, const RankedSchedule& l
 
 /// Ranks AF-Pipe on allocation `x` of `model` (simulate_plan) against each colocated
 /// schedule in `colocated` at its best deployment (simulate_best: depth × EP degree, recomputation only
-/// where activations do not fit), all under the plan's batch, costs and usable HBM, and
-/// recommends the better of AF-Pipe and the best colocated one. A schedule that cannot
-/// run the batch is left out; ConfigError when none can. Cost: one simulate_best per
-/// colocated schedule (≈ 30 deployments each on 128 GPUs) plus one.
+/// where activations do not fit; context parallelism at its fastest degree), all under the plan's batch,
+/// costs and usable HBM, and recommends the better of AF-Pipe and the best colocated one. A schedule that
+/// cannot run the batch is left out; ConfigError when none can. Cost: one simulate_best per colocated
+/// schedule (≈ 30 deployments each on 128 GPUs) plus one.
 inline Recommendation recommend(const plan::AnalyticModel& model, const plan::Allocation& x,
                                 const std::vector<std::string>& colocated = {"1f1b", "interleaved", "a2a-overlap",
                                                                              "chunked", "dualpipe", "dualpipev"}) {
@@ -142,7 +142,8 @@ inline Recommendation recommend(const plan::AnalyticModel& model, const plan::Al
   } catch (const ConfigError&) {
   }
   CostOptions base = cost_options(model.options(), model.model(), x);
-  base.memory.recompute = model.options().memory.recompute;  // the baselines choose their own
+  base.memory.recompute = model.options().memory.recompute;  // the baselines choose their own,
+  base.context_parallel = 0;                                 // and their own context parallelism
   std::optional<RankedSchedule> col;
   const auto before = [](const RankedSchedule& a, const RankedSchedule& b) {
     return a.fits != b.fits ? a.fits : a.step_seconds < b.step_seconds;

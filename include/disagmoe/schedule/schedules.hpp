@@ -128,6 +128,10 @@ namespace detail {
 inline std::string recompute_suffix(plan::Recompute rc) {
   return !rc.any() ? "" : (rc.attention && rc.ffn) ? " rc" : rc.attention ? " rc=A" : " rc=F";
 }
+// " cp=4" under context parallelism (CostOptions::context_parallel > 1), else "".
+inline std::string context_parallel_suffix(const CostOptions& o) {
+  return o.context_parallel > 1 ? " cp=" + std::to_string(o.context_parallel) : "";
+}
 inline std::string af_label(const AfLayout& l, int g, plan::Recompute rc, bool fuse = true) {
   return "p=" + std::to_string(l.groups) + " a/f=" + std::to_string(l.attention_gpus_per_node) + "/" +
          std::to_string(l.ffn_gpus_per_node) + " nic=" + std::to_string(l.attention_nics_per_node) + "/" +
@@ -172,7 +176,9 @@ inline std::string colocated_label(const ModelSpec& m, const ClusterSpec& c, con
 /// fusion choice): NIC split ±1, ±2 and group sizes p, 2p, 4p. Each candidate whose
 /// activations do not fit is retried with full recomputation on the A side alone and on
 /// the F side alone (attention or experts of a colocated worker), and on both where
-/// neither fits (sides that `o.memory.recompute` sets stay on). Throws ConfigError when no layout can run, or
+/// neither fits (sides that `o.memory.recompute` sets stay on). With o.context_parallel = 0
+/// all of this runs at each of plan::context_parallel_degrees (layouts whose groups do not
+/// divide into its rings skipped) and the best is kept. Throws ConfigError when no layout can run, or
 /// when a timeline would exceed the work or memory budget (expect_timeline_fits). Cost: one simulation per
 /// candidate (≈ 300 for AF-Pipe on 8-GPU nodes), up to four for one that does not fit
 /// without recomputation.
@@ -181,6 +187,21 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
                                std::optional<AfLayout> af = std::nullopt) {
   check_schedule_name(name);
   expect_timeline_fits(name, m, o, k.chunks);
+  if (o.context_parallel == 0) {  // each degree's best; degree 1's errors are the search's
+    CostOptions oc = o;
+    oc.context_parallel = 1;
+    std::optional<Simulated> best = simulate_best(name, m, c, oc, k, stages, af);
+    for (int cp : plan::context_parallel_degrees(m, c.gpus_per_node)) {
+      if (cp == 1) continue;
+      oc.context_parallel = cp;
+      try {
+        Simulated s = simulate_best(name, m, c, oc, k, stages, af);
+        if (detail::better(s, best)) best = std::move(s);
+      } catch (const ConfigError&) {  // no layout of this search divides into rings of cp
+      }
+    }
+    return std::move(*best);
+  }
   std::optional<Simulated> best;
   // Simulates one candidate, with recomputation on the sides that need it to fit.
   auto run = [&](auto make_problem, const PolicyKnobs& kk, auto label) -> std::optional<Simulated> {
@@ -200,7 +221,7 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
         invalid = true;
         return;
       }
-      auto s = detail::try_simulate(name, pb, kk, c, oo, label(rc));
+      auto s = detail::try_simulate(name, pb, kk, c, oo, label(rc) + detail::context_parallel_suffix(oo));
       if (s && detail::better(*s, r)) r = std::move(s);
     };
     const auto fits = [&] { return r && r->fits; };
