@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace ds = disagmoe::schedule;
 namespace dp = disagmoe::plan;
@@ -106,6 +108,32 @@ TEST_CASE("context parallelism in the problems: 1/cp of each micro-batch, cp tim
   // The timeline budget counts the split micro-batches.
   CHECK(ds::timeline_cost("afpipe", m, four).micro_batches ==
         4 * ds::timeline_cost("afpipe", m, {}).micro_batches);
+  ds::CostOptions automatic;
+  automatic.context_parallel = 0;  // a search's degree 1; larger ones are checked as they are tried
+  CHECK(ds::timeline_cost("afpipe", m, automatic).micro_batches ==
+        ds::timeline_cost("afpipe", m, {}).micro_batches);
+}
+
+TEST_CASE("a search at degree 0 keeps the fastest of searching at each degree") {
+  auto m = disagmoe::model_preset("olmoe-1b-7b");
+  m.seq_len = 16384;
+  const auto c = disagmoe::parse_cluster_name("h100:2");
+  REQUIRE(dp::context_parallel_degrees(m, c.gpus_per_node) == std::vector<int>{1, 2, 4});
+  for (const char* name : {"1f1b", "afpipe"}) {
+    INFO(name);
+    ds::CostOptions o;
+    o.context_parallel = 0;
+    const std::optional<ds::AfLayout> af = std::string(name) == "afpipe"
+                                               ? std::optional<ds::AfLayout>(ds::AfLayout{1, 4, 4, 4, 4})
+                                               : std::nullopt;
+    const ds::Simulated best = ds::simulate_best(name, m, c, o, {}, 0, af);
+    double fastest = 0;
+    for (int cp : {1, 2, 4}) {  // oracle: each degree searched alone
+      o.context_parallel = cp;
+      fastest = std::max(fastest, ds::simulate_best(name, m, c, o, {}, 0, af).result.tokens_per_second);
+    }
+    CHECK(best.result.tokens_per_second == fastest);
+  }
 }
 
 TEST_CASE("a context-parallel plan: its degree reaches the simulation, memory within its bound, step close") {

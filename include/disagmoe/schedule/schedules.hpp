@@ -178,7 +178,8 @@ inline std::string colocated_label(const ModelSpec& m, const ClusterSpec& c, con
 /// the F side alone (attention or experts of a colocated worker), and on both where
 /// neither fits (sides that `o.memory.recompute` sets stay on). With o.context_parallel = 0
 /// all of this runs at each of plan::context_parallel_degrees (layouts whose groups do not
-/// divide into its rings skipped) and the best is kept. Throws ConfigError when no layout can run, or
+/// divide into its rings skipped, and degrees above 1 whose timelines exceed the budgets)
+/// and the best is kept. Throws ConfigError when no layout can run, or
 /// when a timeline would exceed the work or memory budget (expect_timeline_fits). Cost: one simulation per
 /// candidate (≈ 300 for AF-Pipe on 8-GPU nodes), up to four for one that does not fit
 /// without recomputation.
@@ -197,7 +198,7 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
       try {
         Simulated s = simulate_best(name, m, c, oc, k, stages, af);
         if (detail::better(s, best)) best = std::move(s);
-      } catch (const ConfigError&) {  // no layout of this search divides into rings of cp
+      } catch (const ConfigError&) {  // no layout divides into rings of cp, or its timeline is over budget
       }
     }
     return std::move(*best);

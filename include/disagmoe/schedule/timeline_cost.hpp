@@ -43,8 +43,9 @@ inline constexpr std::int64_t kEmbeddingHeadOps = 5;
 
 /// Upper bound on the timeline `schedule` (a kScheduleNames entry; `chunks`: the chunked
 /// policy's per MoE layer) builds for `m` under `o`, over every layout simulate_best tries: micro-batches are
-/// at most global_batch / micro_batch × context_parallel (the largest degree a search may try when 0; a
-/// layout's data-parallel width only divides them), each layer of each micro-batch emits at most
+/// at most global_batch / micro_batch × context_parallel (1 when 0: the degree a search always runs;
+/// simulate_best skips larger degrees whose timelines exceed the budgets; a layout's data-parallel
+/// width only divides them), each layer of each micro-batch emits at most
 /// ops_per_layer ops (plus kEmbeddingHeadOps per micro-batch), and every layer adds at most four gradient
 /// all-reduces. O(1); checked 64-bit arithmetic (ConfigError naming the micro-batches or chunks on overflow).
 inline TimelineCost timeline_cost(std::string_view schedule, const ModelSpec& m, const CostOptions& o,
@@ -52,12 +53,9 @@ inline TimelineCost timeline_cost(std::string_view schedule, const ModelSpec& m,
   TimelineCost t;
   const std::int64_t batch = global_batch_of(m, o);
   t.micro_batches = std::max<std::int64_t>(
-      1, o.micro_batches > 0
-             ? o.micro_batches
-             : checked_mul(batch / std::max(1, m.micro_batch),
-                           o.context_parallel > 0 ? o.context_parallel
-                                                  : plan::context_parallel_degrees(m, 1 << 30).back(),
-                           "context_parallel"));
+      1, o.micro_batches > 0 ? o.micro_batches
+                             : checked_mul(batch / std::max(1, m.micro_batch),
+                                           std::max(1, o.context_parallel), "context_parallel"));
   const std::int64_t nc = schedule == ChunkedOverlap::kName ? std::max(1, chunks) : 1;
   const std::int64_t per_mb =
       checked_add(checked_mul(m.layers, ops_per_layer(nc), "chunks"), kEmbeddingHeadOps, "chunks");
