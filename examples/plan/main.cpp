@@ -30,10 +30,10 @@ void print_table(const plan::AdaptiveAllocator& allocator, const plan::Plan& p) 
   const plan::StepEstimate& e = p.predicted;
   std::printf(
       "%s on %s: seq %d, micro-batch %d, global batch %d sequences, recompute %s, fused combine + dispatch "
-      "%s, context parallel %d\n",
+      "%s, context parallel %d, ping-pong group %dp\n",
       p.model.c_str(), p.cluster.c_str(), p.seq_len, p.micro_batch, p.global_batch,
       plan::to_string(p.allocation.recompute).c_str(), p.allocation.fuse ? "on" : "off",
-      p.allocation.context_parallel);
+      p.allocation.context_parallel, p.allocation.group_factor);
   const int used = p.attention_gpus + p.ffn_gpus;
   std::printf("%-10s %6s %7s %6s %12s %10s %14s %16s %12s\n", "side", "GPUs", "share", "NICs", "NIC GB/s/GPU",
               "group", "busy ms/mb", "memory GB/GPU", "intensity");
@@ -119,7 +119,7 @@ io::Json recommendation_json(const schedule::Recommendation& r) {
 int main(int argc, char** argv) {
   CLI::App app{"Plan DisagMoE's attention/FFN split of GPUs and NICs for a model on a cluster.", "disagmoe-plan"};
   std::string model_arg, cluster_arg, svg_path;
-  int seq_len = 0, micro_batch = 0, global_batch = 0, context_parallel = 0;
+  int seq_len = 0, micro_batch = 0, global_batch = 0, context_parallel = 0, group_factor = 0;
   bool json = false, rdma_m2n = false, no_recommend = false;
   long refine_evaluations = 0;
   double sm_fraction = 0;
@@ -137,6 +137,11 @@ int main(int argc, char** argv) {
          "GPUs of one node that split each sequence of the attention groups, passing keys and values in a "
          "ring (context parallelism); 0: the degree of 1, 2, 4, ... whose plan is fastest (chunks of at "
          "least 4096 tokens)")
+      ->capture_default_str();
+  app.add_option(
+         "--group-factor", group_factor,
+         "AF-Pipe's ping-pong group in micro-batch waves per pair: 2 keeps each worker of the ring busy, "
+         "1 halves the activations in flight; 0: the faster plan that fits")
       ->capture_default_str();
   app.add_option("--refine-evaluations", refine_evaluations,
                  "simulations the search by simulation from the analytic choice may run (0: the analytic plan; "
@@ -166,9 +171,11 @@ int main(int argc, char** argv) {
     if (app.count("--global-batch"))
       expect(global_batch > 0, "--global-batch", global_batch, "a positive number of sequences");
     expect_in("--context-parallel", context_parallel, 0, c.gpus_per_node);
+    expect_in("--group-factor", group_factor, 0, 2);
     plan::PlanOptions o;
     o.global_batch = global_batch;
     o.context_parallel = context_parallel;
+    o.group_factor = group_factor;
     o.m2n_uses_sms = !rdma_m2n;
     const plan::AdaptiveAllocator allocator(m, c, o);
     std::optional<long> refine;

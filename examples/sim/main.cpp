@@ -41,7 +41,9 @@ namespace {
 disagmoe::plan::Allocation planned_allocation(const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c,
                                               const ds::CostOptions& cost, const ds::PolicyKnobs& knobs,
                                               bool refine) {
-  const disagmoe::plan::AdaptiveAllocator allocator(m, c, ds::plan_options(cost, knobs));
+  disagmoe::plan::PlanOptions o = ds::plan_options(cost, knobs);
+  o.group_factor = 0;  // the planner's choice of ping-pong group (plan::resolve_automatic)
+  const disagmoe::plan::AdaptiveAllocator allocator(m, c, o);
   return ds::simulated_plan(allocator, refine ? std::nullopt : std::optional<long>(0)).allocation;
 }
 
@@ -258,6 +260,7 @@ int main(int argc, char** argv) {
       af_recompute = pa.recompute;
       knobs.af_fuse = pa.fuse;  // the plan's stage-alignment choice
       if (!cp_given) af_context_parallel = pa.context_parallel;
+      if (!app.count("--af-group-size")) knobs.af_group_size = pa.group_factor * pa.groups;  // its ping-pong
     }
     if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
       dz::expect(groups >= 1 && attention_gpus >= 1 && ffn_gpus >= 1, "--groups", groups,
@@ -279,7 +282,7 @@ int main(int argc, char** argv) {
     if (!af && !search_layout && af_mode) {
       try {
         const bool planners_run = micro_batches == 0 && knobs.af_group_size == 0 && !cost.embedding_head;
-        // The planner resolves a degree of 0 (plan::resolve_context_parallel).
+        // The planner resolves a degree of 0 (plan::resolve_automatic).
         const auto pa = planned_allocation(m, c, cost, knobs, planners_run);
         if (!planners_run)
           notes.push_back("the planner's allocation is its analytic choice, not refined by simulation "
@@ -289,6 +292,7 @@ int main(int argc, char** argv) {
         af_recompute = pa.recompute;
         knobs.af_fuse = pa.fuse;
         af_context_parallel = pa.context_parallel;
+        if (!app.count("--af-group-size")) knobs.af_group_size = pa.group_factor * pa.groups;
       } catch (const disagmoe::ConfigError& e) {
         // No allocation fits the planner's memory model (the simulator's too): say so and
         // let the simulator search, so that --compare still shows every schedule.

@@ -154,7 +154,7 @@ TEST_CASE("automatic degree: the fastest of planning each degree; none below 409
     PlanOptions o;
     o.global_batch = 16;  // few long sequences: splitting them fills the pipeline
     o.context_parallel = 0;
-    const PlanOptions r = resolve_context_parallel(m, c, o);
+    const PlanOptions r = resolve_automatic(m, c, o);
     // Oracle: plan at every degree the rule admits, keep the fastest (the smaller on ties).
     int best = 1;
     double best_step = std::numeric_limits<double>::infinity();

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Context parallelism in the simulated problems (AF-Pipe and colocated): the costs at
 // degree cp against those at degree 1 and the ring recounted by hand, the plan's degree
-// carried into its simulation, memory and step time of a context-parallel plan against
-// the simulator, and the timeline budget.
+// (and ping-pong group) carried into its simulation, memory and step time of such plans
+// against the simulator, and the timeline budget.
 #include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/schedule/plan_oracle.hpp>
 #include <disagmoe/schedule/schedules.hpp>
@@ -166,4 +166,32 @@ TEST_CASE("a context-parallel plan: its degree reaches the simulation, memory wi
   INFO(model.describe_allocation(x) << ": planner " << plan.predicted.step_seconds << " s, simulator "
                                     << simulated << " s");
   CHECK(std::abs(plan.predicted.step_seconds / simulated - 1) < 0.10);  // 5.0% here (p = 4)
+}
+
+TEST_CASE("Qwen3-235B at 16K on 128 GPUs: planned with both automatic choices, and it fits when simulated") {
+  auto m = disagmoe::model_preset("qwen3-235b-a22b");
+  m.seq_len = 16384;
+  const auto c = disagmoe::cluster_preset("h800x128");
+  dp::PlanOptions fixed;  // degree 1, ping-pong group 2p: nothing fits
+  CHECK_THROWS_WITH_AS(dp::AdaptiveAllocator(m, c, fixed).plan(), doctest::Contains("memory_bytes"),
+                       disagmoe::ConfigError);
+  dp::PlanOptions o;
+  o.context_parallel = 0;
+  o.group_factor = 0;
+  const dp::AdaptiveAllocator allocator(m, c, o);
+  const dp::Plan plan = allocator.plan();
+  const dp::Allocation& x = plan.allocation;
+  INFO(allocator.model().describe_allocation(x));
+  REQUIRE(plan.predicted.fits());
+  CHECK((x.context_parallel > 1 || x.group_factor == 1));
+  const ds::PlannedSimulation s = ds::planned_simulation(allocator.model(), x);
+  CHECK(s.knobs.af_group_size == x.group_factor * x.groups);
+  const ds::Simulated sim = ds::simulate_plan(allocator.model(), x);
+  CHECK(sim.fits);
+  for (std::size_t w = 0; w < sim.result.workers.size(); ++w)
+    CHECK(sim.result.workers[w].peak_memory_bytes <= (w < std::size_t(x.groups)
+                                                          ? plan.predicted.memory.attention_worker
+                                                          : plan.predicted.memory.ffn_worker)
+                                                             .total() *
+                                                         (1 + 1e-9));
 }

@@ -17,8 +17,11 @@
 #include <disagmoe/plan/plan.hpp>
 #include <disagmoe/plan/step_time_oracle.hpp>
 
+#include <algorithm>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace disagmoe::plan {
 
@@ -50,42 +53,76 @@ inline MilpSeed solve_allocation_milp(const AnalyticModel& model, const milp::Op
   return seed;
 }
 
-/// `o` with PlanOptions::context_parallel resolved: as given when >= 1; for 0 (auto)
-/// the degree of context_parallel_degrees whose plan (MILP seed + analytic local
-/// search) predicts the shortest step among those that fit memory, the smaller on
-/// ties; 1 when none fits (its planning then reports what does not). Splitting
-/// sequences multiplies the micro-batches, so where few long sequences make a step (the
-/// pipeline cannot fill) it can shorten the step several times over. Validates the
-/// inputs (ConfigError). One MILP solve and local search per degree.
-inline PlanOptions resolve_context_parallel(const ModelSpec& m, const ClusterSpec& c, PlanOptions o,
-                                            const milp::Options& options = {}) {
+/// The memory of the valid allocation of `model` that comes closest to fitting (smallest
+/// largest worker over capacity), with that ratio. O(#allocations · layers).
+inline std::pair<FitReport, double> closest_fit(const AnalyticModel& model) {
+  double best = std::numeric_limits<double>::infinity();
+  FitReport closest;
+  for_each_allocation(model, [&](const Allocation& x) {
+    const FitReport r = model.memory(x);
+    const double over = std::max(r.attention_worker.total(), r.ffn_worker.total()) / r.capacity;
+    if (over < best) {
+      best = over;
+      closest = r;
+    }
+  });
+  return {closest, best};
+}
+
+/// `o` with its automatic choices resolved: PlanOptions::context_parallel (0: each of
+/// context_parallel_degrees) and PlanOptions::group_factor (0: 2, then 1), each as given
+/// when set. Of the combinations, the one whose plan (MILP seed + analytic local search)
+/// predicts the shortest step among those that fit memory, the earlier on ties (smaller
+/// degree, factor 2 first); when none fits, the combination whose closest allocation
+/// overflows least (closest_fit: planning then reports what does not fit even there). Splitting sequences
+/// multiplies the micro-batches, so where few long sequences make a step (the pipeline cannot fill) it can
+/// shorten the step several times over; a factor of 1 halves the activations in flight where memory binds.
+/// Validates the inputs (ConfigError). One MILP solve and local search per combination.
+inline PlanOptions resolve_automatic(const ModelSpec& m, const ClusterSpec& c, PlanOptions o,
+                                     const milp::Options& options = {}) {
   validate(m);
   validate(c);
   validate(o, m);
-  if (o.context_parallel >= 1) return o;
+  if (o.context_parallel >= 1 && o.group_factor >= 1) return o;
+  const std::vector<int> degrees = o.context_parallel >= 1 ? std::vector<int>{o.context_parallel}
+                                                           : context_parallel_degrees(m, c.gpus_per_node);
+  const std::vector<int> factors =
+      o.group_factor >= 1 ? std::vector<int>{o.group_factor} : std::vector<int>{2, 1};
   double best = std::numeric_limits<double>::infinity();
-  int choice = 1;
-  for (int cp : context_parallel_degrees(m, c.gpus_per_node)) {
-    o.context_parallel = cp;
-    const AnalyticModel model(m, c, o);
-    const MilpSeed seed = solve_allocation_milp(model, options);
-    if (!seed.found) continue;
-    const double step = local_search(model, AnalyticOracle{&model}, seed.allocation).best_step_seconds;
-    if (step < best) {
-      best = step;
-      choice = cp;
+  PlanOptions choice = o;
+  choice.context_parallel = degrees.front();
+  choice.group_factor = factors.front();
+  double least_over = std::numeric_limits<double>::infinity();  // while nothing fits
+  for (int cp : degrees)
+    for (int k : factors) {
+      PlanOptions t = o;
+      t.context_parallel = cp;
+      t.group_factor = k;
+      const AnalyticModel model(m, c, t);
+      const MilpSeed seed = solve_allocation_milp(model, options);
+      if (!seed.found) {
+        const double over = std::isinf(best) ? closest_fit(model).second : least_over;
+        if (over < least_over) {
+          least_over = over;
+          choice = t;
+        }
+        continue;
+      }
+      const double step = local_search(model, AnalyticOracle{&model}, seed.allocation).best_step_seconds;
+      if (step < best) {
+        best = step;
+        choice = t;
+      }
     }
-  }
-  o.context_parallel = choice;
-  return o;
+  return choice;
 }
 
 /// Plans a model on a cluster. Construction validates the inputs (ConfigError) and
-/// resolves an automatic context-parallel degree (resolve_context_parallel).
+/// resolves the automatic choices of `o` (resolve_automatic).
 class AdaptiveAllocator {
  public:
   AdaptiveAllocator(ModelSpec m, ClusterSpec c, PlanOptions o = {})
-      : model_(m, c, resolve_context_parallel(m, c, std::move(o))) {}
+      : model_(m, c, resolve_automatic(m, c, std::move(o))) {}
 
   /// The analytic model every stage uses.
   [[nodiscard]] const AnalyticModel& model() const { return model_; }
@@ -139,17 +176,10 @@ class AdaptiveAllocator {
   // Nothing fits: report the allocation that comes closest (smallest overflow ratio)
   // so the error names the worker type that cannot fit even at its best.
   [[noreturn]] void diagnose_out_of_memory() const {
-    double best = std::numeric_limits<double>::infinity();
-    FitReport closest;
-    for_each_allocation(model_, [&](const Allocation& x) {
-      const FitReport r = model_.memory(x);
-      const double over = std::max(r.attention_worker.total(), r.ffn_worker.total()) / r.capacity;
-      if (over < best) {
-        best = over;
-        closest = r;
-      }
-    });
-    require_fit(closest, " even in the allocation that needs the least memory on " + model_.cluster().name);
+    const FitReport closest = closest_fit(model_).first;
+    require_fit(closest, " even in the allocation that needs the least memory on " + model_.cluster().name +
+                             " (context parallelism " + std::to_string(model_.context_parallel()) +
+                             ", ping-pong group " + std::to_string(model_.group_factor()) + "p)");
     fail("memory", "inconsistent", "a fitting allocation to be found by the MILP");  // unreachable in theory
   }
 

@@ -70,9 +70,13 @@ struct PlanOptions {
   /// Context parallelism inside the A groups (plan::context_parallel_ring_seconds): each
   /// micro-batch's sequences split over this many GPUs of one node, which divides the A
   /// GPUs per node and the A group size. 1: none. 0 (auto): AdaptiveAllocator plans at
-  /// the fastest of context_parallel_degrees (resolve_context_parallel); AnalyticModel
+  /// the fastest of context_parallel_degrees (resolve_automatic); AnalyticModel
   /// needs it resolved.
   int context_parallel = 1;
+  /// AF-Pipe's ping-pong group in micro-batch waves per pair (af_group_size): 2 (each
+  /// worker of the ring busy) or 1 (half the activations in flight, for memory-bound
+  /// settings). 0 (auto): resolved with context_parallel (resolve_automatic).
+  int group_factor = 2;
 };
 
 /// Tokens per step when PlanOptions::global_batch is 0: 4 Mi, the batch of GPT-3's
@@ -95,18 +99,20 @@ inline int global_batch_of(const PlanOptions& o, const ModelSpec& m) {
 }
 
 /// AF-Pipe's ping-pong group (micro-batches per group, schedule::AFPipe::group_size) for
-/// p pairs and `waves` pipeline micro-batches per step (one micro-batch on every GPU of
-/// an A group each): min(waves, 2p), enough that each of the 2p workers of the ring has
-/// a micro-batch while the others' are in flight (MegaScale-Infer's ping-pong, DisagMoE
-/// AF-Pipe). The planner's memory model and the simulated schedule both use it. O(1).
-constexpr int af_group_size(int p, int waves) { return std::max(1, std::min(waves, 2 * p)); }
+/// p pairs, `waves` pipeline micro-batches per step (one micro-batch on every GPU of an
+/// A group each) and group factor k (PlanOptions::group_factor): min(waves, k·p). The
+/// default k = 2 gives each of the 2p workers of the ring a micro-batch while the
+/// others' are in flight (MegaScale-Infer's ping-pong, DisagMoE AF-Pipe); k = 1 keeps
+/// half as many activations at the price of a ring that is half busy. The planner's
+/// memory model and the simulated schedule both use it. O(1).
+constexpr int af_group_size(int p, int waves, int k = 2) { return std::max(1, std::min(waves, k * p)); }
 
 /// Pipeline micro-batches AF-Pipe keeps alive at once (schedule::AFPipe::max_in_flight):
 /// two groups, so that one group's forward overlaps the previous group's backward,
-/// at most `waves`: min(waves, 2 · af_group_size) = min(waves, 4p). Each holds its
+/// at most `waves`: min(waves, 2 · af_group_size) = min(waves, 2kp). Each holds its
 /// activations on every layer of a worker until its weight gradient. O(1).
-constexpr double af_in_flight(int p, double waves) {
-  return std::min(waves, 2.0 * af_group_size(p, int(std::max(1.0, std::floor(waves)))));
+constexpr double af_in_flight(int p, double waves, int k = 2) {
+  return std::min(waves, 2.0 * af_group_size(p, int(std::max(1.0, std::floor(waves))), k));
 }
 
 /// Throws ConfigError naming the first bad field.
@@ -122,6 +128,7 @@ inline void validate(const PlanOptions& o, const ModelSpec& m) {
          o.memory.optimizer_bytes, "bytes >= 0");
   expect(o.context_parallel >= 0 && o.context_parallel <= 1024, "context_parallel", o.context_parallel,
          "a degree in [1, 1024], or 0 (auto)");
+  expect(o.group_factor >= 0 && o.group_factor <= 2, "group_factor", o.group_factor, "1, 2, or 0 (auto)");
 }
 
 /// One candidate allocation (see the file comment for the layout).
@@ -143,6 +150,8 @@ struct Allocation {
   /// Context parallelism of the A groups (PlanOptions::context_parallel, resolved): the
   /// analytic model's own degree; the simulation of the allocation uses it too.
   int context_parallel = 1;
+  /// AF-Pipe's ping-pong group in waves per pair (PlanOptions::group_factor, resolved).
+  int group_factor = 2;
   friend bool operator==(const Allocation&, const Allocation&) = default;
 };
 
@@ -218,6 +227,8 @@ class AnalyticModel {
     o_.global_batch = global_batch_of(o_, m_);
     expect(o_.context_parallel >= 1, "context_parallel", o_.context_parallel,
            "a resolved degree >= 1 (AdaptiveAllocator resolves 0, auto)");
+    expect(o_.group_factor >= 1, "group_factor", o_.group_factor,
+           "a resolved factor, 1 or 2 (AdaptiveAllocator resolves 0, auto)");
     const int cp = o_.context_parallel;
     const double peak = c_.gpu.peak_flops(m_.dtype);
     const RingAttentionSeconds ring = context_parallel_ring_seconds(m_, cp, c_, o_.efficiency.network);
@@ -258,6 +269,8 @@ class AnalyticModel {
   [[nodiscard]] double tokens_per_micro_batch() const { return tokens_; }
   /// The context-parallel degree of the A groups (PlanOptions::context_parallel).
   [[nodiscard]] int context_parallel() const { return o_.context_parallel; }
+  /// AF-Pipe's ping-pong group in waves per pair (PlanOptions::group_factor).
+  [[nodiscard]] int group_factor() const { return o_.group_factor; }
   /// Usable bytes per GPU.
   [[nodiscard]] double capacity() const { return capacity_; }
   /// Largest p considered.
@@ -298,7 +311,7 @@ class AnalyticModel {
       return o_.recompute == RecomputePolicy::kAuto || rc == (o_.recompute == RecomputePolicy::kOn);
     };
     if (!allowed(x.recompute.attention) || !allowed(x.recompute.ffn)) return false;
-    if (x.context_parallel != o_.context_parallel) return false;
+    if (x.context_parallel != o_.context_parallel || x.group_factor != o_.group_factor) return false;
     return x.attention_gpus_per_node + x.ffn_gpus_per_node <= c_.gpus_per_node && valid_attention(x.groups, x.attention_gpus_per_node) &&
            valid_ffn(x.groups, x.ffn_gpus_per_node) && valid_nics(x.attention_nics_per_node, x.ffn_nics_per_node);
   }
@@ -370,17 +383,17 @@ class AnalyticModel {
     return b;
   }
 
-  /// Micro-batches whose activations one A worker keeps: af_in_flight(p, W) =
-  /// min(W, 4p) with W = micro-batches / A group size — the window of the AF-Pipe
-  /// schedule the plan is simulated with (two ping-pong groups of 2p), so a plan that
-  /// fits here fits in the simulator.
+  /// Micro-batches whose activations one A worker keeps: af_in_flight(p, W, k) =
+  /// min(W, 2kp) with W = micro-batches / A group size and k = group_factor() — the
+  /// window of the AF-Pipe schedule the plan is simulated with (two ping-pong groups of
+  /// kp), so a plan that fits here fits in the simulator.
   [[nodiscard]] double attention_in_flight(int p, int a) const {
-    return af_in_flight(p, double(micro_batches_) / group_size(p, a));
+    return af_in_flight(p, double(micro_batches_) / group_size(p, a), o_.group_factor);
   }
   /// Micro-batches in flight through a pair: A group size × attention_in_flight =
-  /// min(micro-batches, 4 · nodes · a) — it depends on a only (W ≥ 1 for a valid a).
+  /// min(micro-batches, 2k · nodes · a) — it depends on a only (W ≥ 1 for a valid a).
   [[nodiscard]] double pair_in_flight(int a) const {
-    return std::min(double(micro_batches_), 4.0 * c_.nodes * a);
+    return std::min(double(micro_batches_), 2.0 * o_.group_factor * c_.nodes * a);
   }
   /// Largest A worker over the pairs for p pairs, a A GPUs per node, recomputing when
   /// `rc`. O(layers).
@@ -608,7 +621,8 @@ class AnalyticModel {
            std::to_string(x.attention_nics_per_node) + " NIC) F=" + std::to_string(x.ffn_gpus_per_node) +
            "/node(" + std::to_string(x.ffn_nics_per_node) + " NIC) recompute=" + to_string(x.recompute) +
            " fuse=" + (x.fuse ? "on" : "off") +
-           (x.context_parallel > 1 ? " cp=" + std::to_string(x.context_parallel) : std::string());
+           (x.context_parallel > 1 ? " cp=" + std::to_string(x.context_parallel) : std::string()) +
+           (x.group_factor != 2 ? " group=" + std::to_string(x.group_factor) + "p" : std::string());
   }
 
   /// Recompute settings the policy allows for either side, off first.
@@ -692,7 +706,8 @@ void for_each_allocation(const AnalyticModel& model, F&& f) {
               for (int nf = 0; na + nf <= nic_max; ++nf) {
                 if (!model.valid_nics(na, nf)) continue;
                 for (bool fuse : {true, false})
-                  f(Allocation{p, a, fg, na, nf, {ra, rf}, fuse, model.context_parallel()});
+                  f(Allocation{
+                      p, a, fg, na, nf, {ra, rf}, fuse, model.context_parallel(), model.group_factor()});
               }
           }
         }

@@ -95,6 +95,7 @@ struct AllocationMilp {
   bool multi_node = false;                      ///< k = F NICs per node (else A GPUs per node)
   int nics_per_node = 0;                        ///< K
   int context_parallel = 1;                     ///< the model's, copied into every decoded allocation
+  int group_factor = 2;                         ///< the model's, likewise
   std::map<Key, int> attention_var;             ///< (p, a, k, ra) → s
   std::map<Key, int> ffn_var;                   ///< (p, f, k, rf) → t
 
@@ -110,6 +111,7 @@ struct AllocationMilp {
   [[nodiscard]] Allocation decode(std::span<const double> x) const {
     Allocation a;
     a.context_parallel = context_parallel;
+    a.group_factor = group_factor;
     int k = 0;
     for (const auto& [key, j] : attention_var)
       if (x[static_cast<std::size_t>(j)] > 0.5)
@@ -130,7 +132,7 @@ struct AllocationMilp {
   /// fits with its F worker, and (across nodes) it uses every NIC. Whether this `a`
   /// fits is then up to the memory row.
   [[nodiscard]] bool represents(const Allocation& a) const {
-    if (a.context_parallel != context_parallel) return false;
+    if (a.context_parallel != context_parallel || a.group_factor != group_factor) return false;
     if (multi_node && a.attention_nics_per_node + a.ffn_nics_per_node != nics_per_node) return false;
     const int k = shared_index(a);
     return attention_var.count({a.groups, a.attention_gpus_per_node, k, a.recompute.attention}) &&
@@ -170,6 +172,7 @@ inline AllocationMilp build_allocation_milp(const AnalyticModel& model, bool pru
   f.multi_node = multi;
   f.nics_per_node = nics;
   f.context_parallel = model.context_parallel();
+  f.group_factor = model.group_factor();
   milp::Problem& P = f.problem;
   P.set_name("disagmoe_allocation");
   f.stage_var = P.add_var(0, kInf, 1.0, VarType::kContinuous, "S");

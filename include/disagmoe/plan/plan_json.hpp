@@ -5,7 +5,7 @@
 /// step_seconds, tokens_per_second, bottleneck, bound_seconds, round_seconds, ...},
 /// fuse (AF-Pipe's stage-aligned combine + dispatch, chosen per allocation),
 /// recompute.{attention, ffn} (which sides recompute their activations),
-/// allocation.{groups, …, fuse, context_parallel} (the split disagmoe-sim --plan reads),
+/// allocation.{groups, …, fuse, context_parallel, group_factor} (what disagmoe-sim --plan reads),
 /// memory_bytes.{attention_worker, ffn_worker, capacity}, roofline.{turning_point,
 /// attention.{intensity, turning_point, ceiling, bandwidth, achieved}, ffn.{…}},
 /// search.{seed_step_seconds, evaluations, gain, seed, milp_nodes, budget_exhausted},
@@ -45,7 +45,8 @@ inline io::Json to_json(const Allocation& a) {
           {"ffn_nics_per_node", a.ffn_nics_per_node},
           {"recompute", to_json(a.recompute)},
           {"fuse", a.fuse},
-          {"context_parallel", a.context_parallel}};
+          {"context_parallel", a.context_parallel},
+          {"group_factor", a.group_factor}};
 }
 }  // namespace detail
 
@@ -171,18 +172,20 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   const io::Json& a = full ? j.at("allocation") : j;
   const std::string base = full ? path + ".allocation" : path;
   expect<IoError>(a.is_object(), base, brief(a), "a JSON object of plan::Allocation fields");
-  static constexpr std::array<std::string_view, 8> kFields = {"groups",
+  static constexpr std::array<std::string_view, 9> kFields = {"groups",
                                                               "attention_gpus_per_node",
                                                               "ffn_gpus_per_node",
                                                               "attention_nics_per_node",
                                                               "ffn_nics_per_node",
                                                               "recompute",
                                                               "fuse",
-                                                              "context_parallel"};
+                                                              "context_parallel",
+                                                              "group_factor"};
   for (const auto& [key, value] : a.items())
     expect<IoError>(known(kFields, key), base + "." + key, "(unknown key)",
                     "a plan::Allocation field (groups, attention_gpus_per_node, ffn_gpus_per_node, "
-                    "attention_nics_per_node, ffn_nics_per_node, recompute, fuse, context_parallel)");
+                    "attention_nics_per_node, ffn_nics_per_node, recompute, fuse, context_parallel, "
+                    "group_factor)");
   auto count = [&](const char* name, int lo, int hi) {
     const std::string at = base + "." + name;
     expect<IoError>(a.contains(name), at, "(missing)", "an integer (plan::Allocation field)");
@@ -203,6 +206,7 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   if (a.contains("fuse")) read_value(a.at("fuse"), base + ".fuse", r.fuse);  // plans before the choice: fused
   // Plans written before context parallelism have none.
   if (a.contains("context_parallel")) r.context_parallel = count("context_parallel", 1, c.gpus_per_node);
+  if (a.contains("group_factor")) r.group_factor = count("group_factor", 1, 2);  // else the default, 2
   return r;
 }
 

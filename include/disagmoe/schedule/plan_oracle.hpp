@@ -32,9 +32,10 @@ inline AfLayout af_layout(const plan::Allocation& a) {
 }
 
 /// The allocation of layout `l` with recomputation `recompute`, stage-aligned fusion
-/// `fuse` and context parallelism `context_parallel` (inverse of af_layout).
+/// `fuse`, context parallelism `context_parallel` and ping-pong group factor
+/// `group_factor` (inverse of af_layout).
 inline plan::Allocation allocation_of(const AfLayout& l, plan::Recompute recompute, bool fuse = true,
-                                      int context_parallel = 1) {
+                                      int context_parallel = 1, int group_factor = 2) {
   return {l.groups,
           l.attention_gpus_per_node,
           l.ffn_gpus_per_node,
@@ -42,7 +43,8 @@ inline plan::Allocation allocation_of(const AfLayout& l, plan::Recompute recompu
           l.ffn_nics_per_node,
           recompute,
           fuse,
-          context_parallel};
+          context_parallel,
+          group_factor};
 }
 
 /// The simulator's costs for planner options `o` on model `m` and allocation `x`: the
@@ -84,7 +86,7 @@ struct PlannedSimulation {
 };
 
 /// The simulation of allocation `x` of `model`: its layout, its costs (cost_options)
-/// and AF-Pipe's knobs — ping-pong group 2p (plan::af_group_size; the schedule clamps it
+/// and AF-Pipe's knobs — ping-pong group x.group_factor × p (plan::af_group_size; the schedule clamps it
 /// to the micro-batches, and keeps two groups in flight, plan::af_in_flight, as the
 /// planner's memory model assumes), the allocation's fusion choice and the M2N transport
 /// of PlanOptions::m2n_uses_sms.
@@ -93,7 +95,7 @@ inline PlannedSimulation planned_simulation(const plan::AnalyticModel& model, co
   PlannedSimulation s;
   s.layout = af_layout(x);
   s.cost = cost_options(model.options(), model.model(), x);
-  s.knobs.af_group_size = 2 * x.groups;
+  s.knobs.af_group_size = x.group_factor * x.groups;
   s.knobs.af_uses_sms = model.options().m2n_uses_sms;
   s.knobs.af_fuse = x.fuse;
   return s;
