@@ -179,6 +179,11 @@ TEST_CASE("automatic degree: the fastest of planning each degree; none below 409
   bad.context_parallel = -1;
   CHECK_THROWS_WITH_AS(AnalyticModel(long_olmoe(), c, bad), doctest::Contains("context_parallel"),
                        ConfigError);
+  bad.context_parallel = 2;  // 2 × (2^31 − 1) micro-batches do not fit an int
+  bad.global_batch = std::numeric_limits<int>::max();
+  CHECK_THROWS_WITH_AS(AnalyticModel(long_olmoe(), c, bad), doctest::Contains("context_parallel = 2"),
+                       ConfigError);
+  bad.global_batch = 0;
   bad.context_parallel = 0;  // auto is the allocator's to resolve
   CHECK_THROWS_WITH_AS(AnalyticModel(long_olmoe(), c, bad), doctest::Contains("context_parallel"),
                        ConfigError);

@@ -254,7 +254,10 @@ class AnalyticModel {
           m_.is_moe_layer(l) ? double(m_.shared_experts) * double(gated_ffn_params(m_, m_.shared_expert_ffn))
                              : double(gated_ffn_params(m_, m_.dense_ffn)));
     }
-    micro_batches_ = o_.global_batch / m_.micro_batch * cp;
+    const std::int64_t micro_batches = std::int64_t{o_.global_batch / m_.micro_batch} * cp;
+    expect(micro_batches <= std::numeric_limits<int>::max(), "context_parallel", cp,
+           "a degree whose micro-batches per step (global_batch / micro_batch x degree) fit 32 bits");
+    micro_batches_ = static_cast<int>(micro_batches);
     tokens_ = double(m_.tokens_per_micro_batch()) / cp;
     capacity_ = c_.gpu.hbm_bytes * o_.memory_fraction;
   }
