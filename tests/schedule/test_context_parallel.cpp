@@ -101,6 +101,8 @@ TEST_CASE("context parallelism in the problems: 1/cp of each micro-batch, cp tim
                        doctest::Contains("context_parallel = 3"), disagmoe::ConfigError);
   CHECK_THROWS_WITH_AS(ds::colocated_problem(m, c, {4, 8}, three), doctest::Contains("context_parallel = 3"),
                        disagmoe::ConfigError);
+  CHECK_THROWS_WITH_AS(ds::simulate_best("1f1b", m, c, three), doctest::Contains("context_parallel = 3"),
+                       disagmoe::ConfigError);
   ds::CostOptions four;
   four.context_parallel = 4;
   CHECK_THROWS_WITH_AS(ds::af_problem(m, c, {16, 2, 6, 4, 4}, four), doctest::Contains("A group size (2)"),

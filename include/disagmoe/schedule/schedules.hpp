@@ -310,6 +310,9 @@ inline Simulated simulate_best(std::string_view name, const ModelSpec& m, const 
     }
   } else {
     if (stages > 0) colocated_problem(m, c, {stages}, o);  // an explicit bad --stages is an error
+    expect(c.gpus_per_node % o.context_parallel == 0, "context_parallel", o.context_parallel,
+           "a divisor of the GPUs per node (" + std::to_string(c.gpus_per_node) +
+               "): a colocated stage's rings stay inside a node");
     for (const ColocatedLayout& lay : colocated_layouts(m, c, o, stages))
       consider(
           run([&](const CostOptions& oo) { return colocated_problem(m, c, lay, oo); }, k,
