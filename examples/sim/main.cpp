@@ -253,15 +253,17 @@ int main(int argc, char** argv) {
     // The plan's recomputation (--plan's or the planner's), for AF-Pipe on its layout
     // only: the baselines, and a search for another A/F split, choose their own.
     dz::plan::Recompute af_recompute{};
-    if (plan_json) {
-      // A plan is only valid for the model, cluster and sequence length it was made for.
-      const auto pa = dz::plan::allocation_from_json(*plan_json, m, c, plan_file + ":$");
-      af = ds::af_layout(pa);
+    // AF-Pipe's settings from a plan: recomputation, stage alignment, context-parallel
+    // degree and ping-pong group, the last two unless given here.
+    const auto adopt = [&](const dz::plan::Allocation& pa) {
       af_recompute = pa.recompute;
-      knobs.af_fuse = pa.fuse;  // the plan's stage-alignment choice
+      knobs.af_fuse = pa.fuse;
       if (!cp_given) af_context_parallel = pa.context_parallel;
-      if (!app.count("--af-group-size")) knobs.af_group_size = pa.group_factor * pa.groups;  // its ping-pong
-    }
+      if (!app.count("--af-group-size")) knobs.af_group_size = pa.group_factor * pa.groups;
+      return ds::af_layout(pa);
+    };
+    if (plan_json)  // a plan is only valid for the model, cluster and sequence length it was made for
+      af = adopt(dz::plan::allocation_from_json(*plan_json, m, c, plan_file + ":$"));
     if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
       dz::expect(groups >= 1 && attention_gpus >= 1 && ffn_gpus >= 1, "--groups", groups,
                  "--groups, --attention-gpus and --ffn-gpus all given and positive");
@@ -288,11 +290,7 @@ int main(int argc, char** argv) {
           notes.push_back("the planner's allocation is its analytic choice, not refined by simulation "
                           "(it simulates its own micro-batches and ping-pong group, without the embedding and "
                           "head: --micro-batches, --af-group-size and --embedding-head set them here)");
-        planned = ds::af_layout(pa);
-        af_recompute = pa.recompute;
-        knobs.af_fuse = pa.fuse;
-        af_context_parallel = pa.context_parallel;
-        if (!app.count("--af-group-size")) knobs.af_group_size = pa.group_factor * pa.groups;
+        planned = adopt(pa);
       } catch (const disagmoe::ConfigError& e) {
         // No allocation fits the planner's memory model (the simulator's too): say so and
         // let the simulator search, so that --compare still shows every schedule.
