@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Context parallelism inside the attention groups: the key/value ring against a hand
-// count, the analytic model at degree cp against the same model at degree 1 (every
-// per-micro-batch cost over cp, cp times the micro-batches), the MILP against
-// enumeration, the automatic degree against planning every degree, and the JSON.
+// Context parallelism inside the attention groups: the key/value ring (a sliding
+// window's halo included) against a hand count, the analytic model at degree cp against
+// the same model at degree 1 (every per-micro-batch cost over cp, cp times the
+// micro-batches), the MILP against enumeration, the automatic degree against planning
+// every degree, and the JSON.
 #include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/plan/plan_json.hpp>
 #include <disagmoe/spec/presets.hpp>
@@ -45,13 +46,42 @@ TEST_CASE("context-parallel ring: cp - 1 key/value chunks forward, twice that ba
     // Chunk: 16384 / cp tokens × (K and V: 2 × 16 × 128 elements) × 2 bytes.
     const double chunk = 16384.0 / cp * 2 * 16 * 128 * 2;
     const double hop = 3e-6 + chunk / (100e9 * 0.85);
-    const RingAttentionSeconds r = context_parallel_ring_seconds(m, cp, c, 0.85);
+    const RingAttentionSeconds r = context_parallel_ring_seconds(m, 0, cp, c, 0.85);
     CHECK(r.forward == doctest::Approx((cp - 1) * hop).epsilon(1e-12));
     CHECK(r.backward == doctest::Approx(2 * (cp - 1) * hop).epsilon(1e-12));
   }
-  const RingAttentionSeconds none = context_parallel_ring_seconds(m, 1, c, 0.85);
+  const RingAttentionSeconds none = context_parallel_ring_seconds(m, 0, 1, c, 0.85);
   CHECK(none.forward == 0);
   CHECK(none.backward == 0);
+}
+
+TEST_CASE("context-parallel ring of a sliding-window layer: only the window's halo (hand count)") {
+  ModelSpec m = long_olmoe(32768);  // 16 KV heads of 128, bf16, 4 sequences per micro-batch
+  m.sliding_window_interval = 2;    // even layers windowed, odd layers full
+  ClusterSpec c = small_cluster(2, 8, 8);
+  c.intra_node_bandwidth = 100e9;
+  c.intra_node_latency = 3e-6;
+  const double per_position = double(m.micro_batch) * 2 * 16 * 128 * 2;  // K and V of each sequence
+  const double bw = 100e9 * 0.85;
+  const int cp = 4;  // chunks of 8192 positions per sequence; the whole ring spans 3 of them
+  struct Case {
+    int window;
+    double positions, hops;
+  };
+  // A window inside the previous chunk: one hop of the window; across chunks: one hop per
+  // chunk it reaches; beyond the ring: the whole ring, as on a full layer.
+  for (const Case w : {Case{128, 128, 1}, Case{8192, 8192, 1}, Case{8193, 8193, 2}, Case{20000, 20000, 3},
+                       Case{24576, 24576, 3}, Case{30000, 24576, 3}}) {
+    INFO("window " << w.window);
+    m.sliding_window = w.window;
+    const double forward = w.hops * 3e-6 + w.positions * per_position / bw;
+    const RingAttentionSeconds windowed = context_parallel_ring_seconds(m, 0, cp, c, 0.85);
+    CHECK(windowed.forward == doctest::Approx(forward).epsilon(1e-12));
+    CHECK(windowed.backward == doctest::Approx(2 * forward).epsilon(1e-12));
+    const RingAttentionSeconds full = context_parallel_ring_seconds(m, 1, cp, c, 0.85);
+    CHECK(full.forward == doctest::Approx(3 * 3e-6 + 3 * 8192 * per_position / bw).epsilon(1e-12));
+    CHECK(windowed.forward <= full.forward);
+  }
 }
 
 TEST_CASE("analytic model at degree cp: cp times the micro-batches, each 1/cp of the work and bytes") {
@@ -66,7 +96,8 @@ TEST_CASE("analytic model at degree cp: cp times the micro-batches, each 1/cp of
     CHECK(k.micro_batches() == cp * one.micro_batches());
     CHECK(k.tokens_per_micro_batch() == doctest::Approx(double(m.tokens_per_micro_batch()) / cp));
     // Attention passes here are far longer than their ring: 1/cp of the work.
-    const RingAttentionSeconds ring = context_parallel_ring_seconds(m, cp, c, k.options().efficiency.network);
+    const RingAttentionSeconds ring =
+        context_parallel_ring_seconds(m, 0, cp, c, k.options().efficiency.network);
     for (bool rc : {false, true}) {
       CHECK(k.attention_pair_seconds(2, rc) ==
             doctest::Approx(one.attention_pair_seconds(2, rc) / cp).epsilon(1e-12));
@@ -105,24 +136,35 @@ TEST_CASE("analytic model at degree cp: cp times the micro-batches, each 1/cp of
   }
 }
 
-TEST_CASE("analytic model at degree cp: an attention pass lasts at least its ring") {
-  const ModelSpec m = long_olmoe();
+TEST_CASE("analytic model at degree cp: an attention pass lasts at least its own layer's ring") {
   ClusterSpec c = small_cluster(2, 8, 8);
   c.intra_node_bandwidth = 1e6;  // a ring far slower than the compute
   const int cp = 4;
-  const AnalyticModel k = cp_model(m, c, cp);
-  const RingAttentionSeconds ring = context_parallel_ring_seconds(m, cp, c, k.options().efficiency.network);
-  // Per layer: forward = ring forward, input gradient = ring backward, weight gradient
-  // = its FLOPs / cp; recomputation reruns the forward (and its ring).
-  const double peak = c.gpu.peak_flops(m.dtype) * k.options().efficiency.attention;
-  double sum = 0, sum_rc = 0;
-  for (int l = 0; l < m.layers; l += 2) {
-    const double w = layer_cost(m, l).attention_side().backward_weight / cp / peak;
-    sum += ring.forward + ring.backward + w;
-    sum_rc += 2 * ring.forward + ring.backward + w;
+  double full_rings = 0;
+  for (const int window : {0, 512}) {  // then every third layer keeps a 512-position halo only
+    INFO("window " << window);
+    ModelSpec m = long_olmoe();
+    m.sliding_window = window;
+    m.sliding_window_interval = 3;
+    const AnalyticModel k = cp_model(m, c, cp);
+    // Per layer: forward = ring forward, input gradient = ring backward, weight gradient
+    // = its FLOPs / cp; recomputation reruns the forward (and its ring).
+    const double peak = c.gpu.peak_flops(m.dtype) * k.options().efficiency.attention;
+    double sum = 0, sum_rc = 0;
+    for (int l = 0; l < m.layers; l += 2) {
+      const RingAttentionSeconds ring =
+          context_parallel_ring_seconds(m, l, cp, c, k.options().efficiency.network);
+      const double w = layer_cost(m, l).attention_side().backward_weight / cp / peak;
+      sum += ring.forward + ring.backward + w;
+      sum_rc += 2 * ring.forward + ring.backward + w;
+    }
+    CHECK(k.attention_pair_seconds(2, false) == doctest::Approx(sum).epsilon(1e-9));
+    CHECK(k.attention_pair_seconds(2, true) == doctest::Approx(sum_rc).epsilon(1e-9));
+    if (window == 0)
+      full_rings = sum;
+    else
+      CHECK(sum < 0.8 * full_rings);  // a third of the layers pass 512 of 12288 positions
   }
-  CHECK(k.attention_pair_seconds(2, false) == doctest::Approx(sum).epsilon(1e-9));
-  CHECK(k.attention_pair_seconds(2, true) == doctest::Approx(sum_rc).epsilon(1e-9));
 }
 
 TEST_CASE("MILP optimum equals exhaustive enumeration under context parallelism") {

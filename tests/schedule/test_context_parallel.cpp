@@ -54,6 +54,33 @@ void check_layer_at_degree(const ds::LayerCost& a, const ds::LayerCost& b, int c
 
 }  // namespace
 
+TEST_CASE("context parallelism in the problems: a sliding-window layer's ring carries its halo only") {
+  auto m = disagmoe::model_preset("gpt-oss-120b");  // 128-position windows on even layers
+  m.seq_len = 32768;
+  auto c = disagmoe::cluster_preset("h800x128");
+  c.intra_node_bandwidth = 5e7;  // even the halo outlasts the compute it overlaps
+  const int cp = 4;              // chunks of 8192 positions: a window needs one hop of 128 of them
+  const double halo = c.intra_node_latency + 128.0 * m.micro_batch * 2 * m.kv_heads * m.head_dim * 2 /
+                                                 (c.intra_node_bandwidth * 0.85);
+  REQUIRE(m.is_windowed_layer(0));
+  REQUIRE_FALSE(m.is_windowed_layer(1));
+  ds::CostOptions one, k;
+  k.context_parallel = cp;
+  const ds::AfLayout lay{16, 4, 4, 4, 4};
+  const ds::Problem a = ds::af_problem(m, c, lay, k), b = ds::af_problem(m, c, lay, one);
+  const ds::Problem ca = ds::colocated_problem(m, c, {4, 8}, k),
+                    cb = ds::colocated_problem(m, c, {4, 8}, one);
+  const double rf = ring_hops_seconds(m, c, cp, cp - 1), rb = ring_hops_seconds(m, c, cp, 2 * (cp - 1));
+  for (std::size_t l : {0u, 1u}) {
+    INFO("layer " << l);
+    const double f = l == 0 ? halo : rf, g = l == 0 ? 2 * halo : rb;
+    check_layer_at_degree(a.layers[l], b.layers[l], cp, f, g);
+    check_layer_at_degree(ca.layers[l], cb.layers[l], cp, f, g);
+  }
+  CHECK(a.layers[0].attn_fwd == doctest::Approx(halo).epsilon(1e-12));  // the halo sets the pass
+  CHECK(a.layers[0].attn_fwd < a.layers[1].attn_fwd / 10);
+}
+
 TEST_CASE("context parallelism in the problems: 1/cp of each micro-batch, cp times as many, the ring") {
   auto m = disagmoe::model_preset("mixtral-8x7b");  // 8 KV heads of 128: a ring worth pricing
   m.seq_len = 32768;

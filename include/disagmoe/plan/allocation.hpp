@@ -231,10 +231,10 @@ class AnalyticModel {
            "a resolved factor, 1 or 2 (AdaptiveAllocator resolves 0, auto)");
     const int cp = o_.context_parallel;
     const double peak = c_.gpu.peak_flops(m_.dtype);
-    const RingAttentionSeconds ring = context_parallel_ring_seconds(m_, cp, c_, o_.efficiency.network);
     const DispatchOptions one{1, false, 1};
     for (int l = 0; l < m_.layers; ++l) {
       const LayerCost lc = layer_cost(m_, l);
+      const RingAttentionSeconds ring = context_parallel_ring_seconds(m_, l, cp, c_, o_.efficiency.network);
       // Full recomputation reruns the forward pass before the backward one (Korthikanti
       // et al. 2022 §5: ≈ 33% more compute for 6 → 8 passes' worth of FLOPs).
       // Per GPU micro-batch of T / cp tokens: 1/cp of every FLOP; an attention pass

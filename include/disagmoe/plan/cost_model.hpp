@@ -280,25 +280,34 @@ struct RingAttentionSeconds {
   double backward = 0;  ///< input-gradient pass
 };
 
-/// The key/value ring of context parallelism (CP) of degree `cp` inside a data-parallel
-/// attention group: each micro-batch's sequences are split over `cp` GPUs of one node,
-/// each holding T/cp tokens (load-balanced causal chunks, so each also does 1/cp of the
-/// attention FLOPs), and the key/value chunks travel around the ring (ring attention,
-/// Liu et al. 2023, arXiv 2310.01889; Megatron-Core's context parallelism): forward,
-/// every GPU receives the cp − 1 other chunks of 2·kv_heads·head_dim elements per token;
-/// backward, the chunks again and their gradients (2(cp − 1) transfers). Each hop is
-/// one message over the GPU's intra-node link (`c.intra_node_latency`, bandwidth ×
+/// The key/value ring of context parallelism (CP) of degree `cp` on layer `l`, inside a
+/// data-parallel attention group: each micro-batch's sequences are split over `cp` GPUs
+/// of one node, each holding T/cp tokens (load-balanced causal chunks, so each also does
+/// 1/cp of the attention FLOPs), and the key/value chunks travel around the ring (ring
+/// attention, Liu et al. 2023, arXiv 2310.01889; Megatron-Core's context parallelism):
+/// forward, every GPU receives the cp − 1 other chunks of 2·kv_heads·head_dim elements
+/// per token; backward, the chunks again and their gradients (2(cp − 1) transfers). Each
+/// hop is one message over the GPU's intra-node link (`c.intra_node_latency`, bandwidth ×
 /// `network_efficiency`). Ring attention computes on one chunk while the next arrives,
 /// so a pass takes the longer of its compute and its ring (schedule/cost_adapter.hpp,
-/// plan/allocation.hpp). Windowed layers are charged the whole ring too (an upper bound).
+/// plan/allocation.hpp).
+/// A sliding-window layer (window w, contiguous chunks of S/cp tokens per sequence) needs
+/// only the keys and values of the w positions before its chunk: a halo of
+/// min(w, (cp − 1)·S/cp) positions per sequence, relayed over min(cp − 1, ⌈w·cp/S⌉) hops
+/// (one message latency each), which is the whole ring once w reaches (cp − 1)·S/cp.
 /// All 0 for cp = 1. O(1).
-inline RingAttentionSeconds context_parallel_ring_seconds(const ModelSpec& m, int cp, const ClusterSpec& c,
-                                                          double network_efficiency) {
+inline RingAttentionSeconds context_parallel_ring_seconds(const ModelSpec& m, int l, int cp,
+                                                          const ClusterSpec& c, double network_efficiency) {
   if (cp <= 1) return {};
-  const double chunk =
-      double(m.tokens_per_micro_batch()) / cp * 2.0 * m.kv_heads * m.head_dim * bytes_of(m.dtype);
-  const double hop = c.intra_node_latency + chunk / (c.intra_node_bandwidth * network_efficiency);
-  return {(cp - 1) * hop, 2.0 * (cp - 1) * hop};
+  const double chunk_positions = double(m.seq_len) / cp;  // of each sequence, per GPU
+  double positions = (cp - 1) * chunk_positions, hops = cp - 1;
+  if (m.is_windowed_layer(l) && m.sliding_window < positions) {
+    positions = m.sliding_window;
+    hops = std::min(hops, std::ceil(m.sliding_window / chunk_positions));
+  }
+  const double bytes = positions * m.micro_batch * 2.0 * m.kv_heads * m.head_dim * bytes_of(m.dtype);
+  const double forward = hops * c.intra_node_latency + bytes / (c.intra_node_bandwidth * network_efficiency);
+  return {forward, 2.0 * forward};
 }
 
 /// Tokens per GPU micro-batch below which context parallelism is not chosen

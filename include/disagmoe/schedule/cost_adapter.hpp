@@ -282,7 +282,6 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
   p.network = network_of(c);
   p.micro_batches = detail::derive_micro_batches(
       m, o, g / cp, cp > 1 ? "GPUs per stage / context_parallel" : "GPUs per stage");
-  const plan::RingAttentionSeconds ring = plan::context_parallel_ring_seconds(m, cp, c, o.efficiency.network);
   const plan::DispatchOptions d{ep, o.dedup, 0};
   const double eb = bytes_of(m.dtype), t = double(m.tokens_per_micro_batch());
   const double gb = o.memory.grad_bytes > 0 ? o.memory.grad_bytes : eb;
@@ -319,7 +318,8 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
     x.attn_activation_bytes = plan::attention_activation_bytes(m, l, o.memory) +
                               (lc.moe ? 0 : plan::ffn_activation_bytes(m, l, dense, d));
     x.expert_activation_bytes = lc.moe ? plan::ffn_activation_bytes(m, l, o.memory, d) : 0;
-    detail::apply_context_parallel(x, cp, ring);
+    detail::apply_context_parallel(x, cp,
+                                   plan::context_parallel_ring_seconds(m, l, cp, c, o.efficiency.network));
     detail::add_recompute(x, o);
     p.layers.push_back(x);
   }
@@ -376,7 +376,6 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
   p.network = network_of(c);
   p.micro_batches = detail::derive_micro_batches(m, o, ga / cp,
                                                  cp > 1 ? "A group size / context_parallel" : "A group size");
-  const plan::RingAttentionSeconds ring = plan::context_parallel_ring_seconds(m, cp, c, o.efficiency.network);
   const plan::DispatchOptions d{gf, o.dedup, 0};
   const double eb = bytes_of(m.dtype), t = double(m.tokens_per_micro_batch());
   const double gb = o.memory.grad_bytes > 0 ? o.memory.grad_bytes : eb;
@@ -435,7 +434,8 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
     // plan::ffn_worker_memory.
     x.expert_activation_bytes =
         plan::ffn_activation_bytes(m, l, o.memory, d) * scale * (lc.moe ? plan::ffn_busiest_share(m, gf) : 1.0);
-    detail::apply_context_parallel(x, cp, ring);
+    detail::apply_context_parallel(x, cp,
+                                   plan::context_parallel_ring_seconds(m, l, cp, c, o.efficiency.network));
     detail::add_recompute(x, o);
     p.layers.push_back(x);
   }
