@@ -5,6 +5,8 @@
 // routing, interleaved in the same run.
 #include "exchange_workload.hpp"
 
+#include <bench_args.hpp>
+
 #include <disagmoe/backend/host/loopback_transport.hpp>
 
 #include <algorithm>
@@ -14,7 +16,12 @@
 #include <optional>
 #include <vector>
 
-int main() {
+int main(int argc, char** argv) {
+  bench::expect_usage(
+      argc, argv, 0,
+      "usage: bench_comm_exchange_loopback\n"
+      "One MoE layer's exchange on 4 loopback threads (2 A, 2 F), with and without the emulated\n"
+      "network: M2NChannel send-once dispatch and fused return against one row per (token, expert).\n");
   using namespace disagmoe;
   using Clock = std::chrono::steady_clock;
   const int reps = 9;

@@ -7,6 +7,8 @@
 //   mpirun -np 4 --oversubscribe build/rel-comm/bench/comm/bench_comm_exchange_mpi
 #include "exchange_workload.hpp"
 
+#include <bench_args.hpp>
+
 #include <disagmoe/backend/mpi/transport.hpp>
 
 #include <algorithm>
@@ -69,6 +71,11 @@ class AlltoallvExchange {
 int main(int argc, char** argv) {
   using namespace disagmoe;
   using Clock = std::chrono::steady_clock;
+  bench::expect_usage(
+      argc, argv, 0,
+      "usage: mpirun -np 4 bench_comm_exchange_mpi\n"
+      "One MoE layer's exchange over Open MPI, 4 ranks (2 A, 2 F): M2NChannel send-once dispatch and\n"
+      "fused return against MPI_Alltoallv with one row per (token, expert).\n");
   mpi::Environment env(argc, argv);
   auto world = mpi::Transport::world();
   if (world.size() != 4) {

@@ -7,6 +7,8 @@
 //     thread pool against starting a thread per call, as the kernels did before.
 #include <disagmoe/backend/host/token_kernels.hpp>
 
+#include <bench_args.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,7 +47,12 @@ double median_seconds(int reps, F&& f) {
 }
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  bench::expect_usage(
+      argc, argv, 0,
+      "usage: bench_comm_kernels\n"
+      "The host token kernels (permute, gate-weighted unpermute) against memcpy of the same bytes, and\n"
+      "a small gather on the kernel thread pool against a thread started per call. See bench/RESULTS.md.\n");
   using namespace disagmoe;
   const std::size_t tokens = 16384, width = 1024, k = 2;  // 4 KiB fp32 rows, 64 MiB per matrix
   const int reps = 11;

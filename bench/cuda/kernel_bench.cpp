@@ -8,6 +8,8 @@
 #include <disagmoe/backend/cuda/backend.hpp>
 #include <disagmoe/comm/layout.hpp>
 
+#include <bench_args.hpp>
+
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -61,13 +63,19 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::expect_usage(
+      argc, argv, 3,
+      "usage: cuda_kernel_bench [tokens] [hidden] [iterations]\n"
+      "The CUDA token kernels on one MoE layer's dispatch (default 16384 tokens x 4096 hidden, bf16,\n"
+      "top-8 of 64 experts on 8 ranks, 20 iterations), each against a device-to-device copy of the\n"
+      "same bytes in the same run. Exits 77 without a GPU.\n");
+  const auto tokens = static_cast<std::size_t>(bench::positional(argc, argv, 1, "tokens", 1, 1 << 22, 16384));
+  const auto hidden = static_cast<std::size_t>(bench::positional(argc, argv, 2, "hidden", 1, 1 << 16, 4096));
+  const int iters = static_cast<int>(bench::positional(argc, argv, 3, "iterations", 1, 10000, 20));
   if (cuda::device_count() == 0) {
     std::printf("cuda_kernel_bench: skipped: no CUDA device\n");
     return 77;
   }
-  const std::size_t tokens = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 16384;
-  const std::size_t hidden = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 4096;
-  const int iters = argc > 3 ? std::atoi(argv[3]) : 20;
   const int experts = 64, ranks = 8, top_k = 8;
 
   // Routing: top-8 distinct experts per token, uniform; expert e on rank e / 8.

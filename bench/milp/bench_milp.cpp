@@ -18,6 +18,8 @@
 #include <disagmoe/milp/milp.hpp>
 #include <disagmoe/milp/mps_writer.hpp>
 
+#include <bench_args.hpp>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -179,7 +181,7 @@ int main(int argc, char** argv) {
   for (int a = 1; a < argc; ++a) {
     const std::string s = argv[a];
     if (s == "--time-limit" && a + 1 < argc) {
-      limit = std::atof(argv[++a]);
+      limit = bench::real_value(argv[0], s, argv[++a], 0, 1e9);
     } else if (s == "--no-cbc") {
       use_cbc = false;
     } else if (s == "--no-presolve") {
@@ -187,7 +189,7 @@ int main(int argc, char** argv) {
     } else if (s == "--flow-cover") {
       flow_cover = true;
     } else if (s == "--fcnd" && a + 1 < argc) {
-      fcnd = std::atoi(argv[++a]);
+      fcnd = static_cast<int>(bench::integer_value(argv[0], s, argv[++a], 0, 1000));
     } else if (s == "--only" && a + 1 < argc) {
       std::stringstream ss(argv[++a]);
       for (std::string n; std::getline(ss, n, ',');) only.push_back(n);

@@ -27,6 +27,8 @@
 #include <disagmoe/placement/step_shuffle.hpp>
 #include <disagmoe/placement/token_shuffle.hpp>
 
+#include <bench_args.hpp>
+
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -538,7 +540,9 @@ int main(int argc, char** argv) {
   int layers = 8, scale_layers = 32;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0; };
+    auto next = [&](long lo, long hi) {
+      return bench::integer_value(argv[0], a, bench::option_value(argc, argv, i), lo, hi);
+    };
     if (a == "--quality") q = true;
     else if (a == "--scale") sc = true;
     else if (a == "--sweep") sw = true;
@@ -549,20 +553,25 @@ int main(int argc, char** argv) {
     else if (a == "--online") on = true;
     else if (a == "--exact") ex = true;
     else if (a == "--multilevel") ml = true;
-    else if (a == "--tokens") tokens = next();
-    else if (a == "--layers") layers = static_cast<int>(next());
-    else if (a == "--scale-tokens") scale_tokens = next();
-    else if (a == "--scale-layers") scale_layers = static_cast<int>(next());
-    else {
-      std::fprintf(stderr, "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] [--online] [--exact] [--multilevel] [--tokens N] [--layers L] [--scale-tokens N] [--scale-layers L]\n", argv[0]);
-      return a == "--help" ? 0 : 2;
+    else if (a == "--tokens") tokens = next(1, 1L << 26);
+    else if (a == "--layers") layers = static_cast<int>(next(2, 1024));
+    else if (a == "--scale-tokens") scale_tokens = next(1, 1L << 26);
+    else if (a == "--scale-layers") scale_layers = static_cast<int>(next(2, 1024));
+    else if (a == "--help" || a == "-h") {
+      std::printf(
+          "usage: %s [--quality] [--sweep] [--scale] [--shuffle] [--stats] [--planted] [--replicas] "
+          "[--online] [--exact] [--multilevel] [--tokens N] [--layers L] [--scale-tokens N]\n"
+          "       [--scale-layers L]\n"
+          "Expert placement and token shuffling: quality, speed and memory (every section when none is "
+          "named). See bench/RESULTS.md.\n",
+          argv[0]);
+      return 0;
+    } else {
+      bench::bad_argument(argv[0], "argument", a, "an option of --help");
     }
   }
-  if (!q && !sc && !sw && !sh && !st && !pl && !rp && !on && !ex && !ml) q = sc = sw = sh = st = pl = rp = on = ex = ml = true;
-  if (tokens < 1 || layers < 2 || scale_tokens < 1 || scale_layers < 2) {
-    std::fprintf(stderr, "bench_place: --tokens/--scale-tokens >= 1 and --layers/--scale-layers >= 2 expected\n");
-    return 2;
-  }
+  if (!q && !sc && !sw && !sh && !st && !pl && !rp && !on && !ex && !ml)
+    q = sc = sw = sh = st = pl = rp = on = ex = ml = true;
   if (q) quality(tokens, layers);
   if (sw) sweep(tokens, layers);
   if (sh) shuffle_speed(1 << 16, 8192);

@@ -16,6 +16,8 @@
 #include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/spec/presets.hpp>
 
+#include <bench_args.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -119,16 +121,16 @@ void header() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
-    std::printf("usage: bench_plan [repeats]\n"
-                "Plans DeepSeek-MoE-16B, GPT-OSS-120B and Qwen3-235B-A22B on h800x128 at 4K-32K (default batch of\n"
-                "4Mi tokens), then with a 64-sequence batch, then Qwen3-30B-A3B and OLMoE-1B-7B at 16K/32K; prints the GPU and NIC split, NIC bandwidth per GPU\n"
-                "of each side, and the planning time (median of `repeats` runs, default 3; wall and thread CPU)\n"
-                "next to exhaustive enumeration. Prints MISMATCH when the MILP seed differs from enumeration and\n"
-                "then exits with status 1.\n");
-    return 0;
-  }
-  const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
+  bench::expect_usage(
+      argc, argv, 1,
+      "usage: bench_plan [repeats]\n"
+      "Plans DeepSeek-MoE-16B, GPT-OSS-120B and Qwen3-235B-A22B on h800x128 at 4K-32K (default batch\n"
+      "of 4Mi tokens), then with a 64-sequence batch, then Qwen3-30B-A3B and OLMoE-1B-7B at 16K/32K;\n"
+      "prints the GPU and NIC split, NIC bandwidth per GPU of each side, and the planning time\n"
+      "(median of `repeats` runs, 1-1000, default 3; wall and thread CPU) next to exhaustive\n"
+      "enumeration. Prints MISMATCH when the MILP seed differs from enumeration and then exits\n"
+      "with status 1.\n");
+  const int repeats = static_cast<int>(bench::positional(argc, argv, 1, "repeats", 1, 1000, 3));
   const ClusterSpec cluster = cluster_preset("h800x128");
   std::printf("cluster %s: %d nodes x %d GPUs, %d NICs of %.0f GB/s per node; median of %d runs; load average %s\n",
               cluster.name.c_str(), cluster.nodes, cluster.gpus_per_node, cluster.nics_per_node,

@@ -38,6 +38,8 @@
 #include <disagmoe/runtime/timeline.hpp>
 #include <disagmoe/schedule/simulator.hpp>
 
+#include <bench_args.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -265,11 +267,16 @@ int main(int argc, char** argv) {
       if (a == "--help" || a == "-h") return usage(0);
       else if (a == "--model") o.model = next();
       else if (a == "--world") o.worlds = parse_list(next());
-      else if (a == "--micro-batches") o.micro_batches = std::stoi(next());
-      else if (a == "--micro-batch") o.micro_batch = std::stoi(next());
-      else if (a == "--steps") o.steps = std::stoi(next());
-      else if (a == "--comm-share") o.comm_share = std::stod(next());
-      else if (a == "--latency") o.latency = std::stod(next());
+      else if (a == "--micro-batches")
+        o.micro_batches = int(bench::integer_value(argv[0], a, next(), 1, 4096));
+      else if (a == "--micro-batch")
+        o.micro_batch = int(bench::integer_value(argv[0], a, next(), 1, 4096));
+      else if (a == "--steps")
+        o.steps = int(bench::integer_value(argv[0], a, next(), 2, 100000));
+      else if (a == "--comm-share")
+        o.comm_share = bench::real_value(argv[0], a, next(), 0, 1);
+      else if (a == "--latency")
+        o.latency = bench::real_value(argv[0], a, next(), 0, 10);
       else return usage(2);
     }
     dm::expect(o.steps >= 2, "--steps", o.steps, "at least 2 (the first step is left out)");

@@ -3,15 +3,16 @@
 // models at 4K-32K tokens, AF-Pipe against every baseline schedule, each at its best
 // layout found by the simulator. Prints one table per model and the simulator's own
 // speed on the largest configuration.
-// Usage: bench_sim [--quick] [--speed] [--global-batch N] [--max-stages N] [--rdma-m2n] [--model NAME] [--seq N] [--no-speed] [--only LABEL] [--reps N]
+// Usage: bench_sim --help.
 #include <disagmoe/schedule/schedules.hpp>
 #include <disagmoe/spec/presets.hpp>
+
+#include <common/cli_main.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <map>
 #include <string>
@@ -53,27 +54,17 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   bool quick = false, speed_only = false, rdma_m2n = false, no_speed = false;
   std::string only;  // --only LABEL: time that schedule alone
   int reps = 5;      // simulate() calls per schedule in the speed section (median reported)
   std::vector<int> seqs{4096, 8192, 16384, 32768};
   int global_batch = 1024, max_stages = 16;
   std::vector<std::string> models{"deepseek-moe-16b", "gpt-oss-120b", "qwen3-235b-a22b"};
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    else if (std::strcmp(argv[i], "--speed") == 0) speed_only = true;
-    else if (std::strcmp(argv[i], "--no-speed") == 0) no_speed = true;
-    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
-    else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
-    else if (std::strcmp(argv[i], "--global-batch") == 0 && i + 1 < argc) global_batch = std::atoi(argv[++i]);
-    else if (std::strcmp(argv[i], "--max-stages") == 0 && i + 1 < argc) max_stages = std::atoi(argv[++i]);
-    else if (std::strcmp(argv[i], "--rdma-m2n") == 0) rdma_m2n = true;
-    else if (std::strcmp(argv[i], "--seq") == 0 && i + 1 < argc) seqs = {std::atoi(argv[++i])};
-    else if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) models = {argv[++i]};
-  }
+};
+
+int run(Options o) {
+  auto& [quick, speed_only, rdma_m2n, no_speed, only, reps, seqs, global_batch, max_stages, models] = o;
   const auto cluster = disagmoe::cluster_preset("h800x128");
   if (quick) seqs = {4096};
   ds::CostOptions cost;
@@ -219,4 +210,35 @@ int main(int argc, char** argv) {
   std::printf("\ntotal benchmark time %.1f s (speed section %.1f s)\n", total + seconds_since(t_speed),
               seconds_since(t_speed));
   return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::vector<std::string> labels{"afpipe(fits)"};
+  for (const auto& v : kVariants) labels.push_back(v.label);
+  CLI::App app{
+      "AF-Pipe against every baseline schedule on 16 nodes x 8 H800 (h800x128), each at its best "
+      "layout found by the simulator, for three MoE models at 4K-32K tokens; then the simulator's own "
+      "speed on the largest configuration (Qwen3-235B, 32K). See bench/RESULTS.md.",
+      "bench_sim"};
+  app.add_flag("--quick", o.quick, "4K tokens only");
+  CLI::Option* speed = app.add_flag("--speed", o.speed_only, "only the simulator-speed section");
+  app.add_flag("--no-speed", o.no_speed, "skip the simulator-speed section")->excludes(speed);
+  app.add_flag("--rdma-m2n", o.rdma_m2n, "AF-Pipe's M2N transfers on an RDMA engine that takes no SMs");
+  app.add_option("--only", o.only, "time this schedule alone in the speed section (profiling)")
+      ->check(CLI::IsMember(labels));
+  app.add_option("--reps", o.reps, "simulate() calls per schedule in the speed section (median reported)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--global-batch", o.global_batch, "sequences per step")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-stages", o.max_stages, "deepest pipeline the baselines try (of 1, 2, 4, 8, 16)")
+      ->check(CLI::Range(1, 16));
+  app.add_option_function<int>(
+         "--seq", [&](int v) { o.seqs = {v}; },
+         "one sequence length instead of 4K-32K (also the speed section's)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option_function<std::string>(
+         "--model", [&](const std::string& v) { o.models = {v}; }, "one model preset instead of three")
+      ->check(CLI::IsMember(disagmoe::model_preset_names()));
+  return disagmoe::cli::run_main(app, argc, argv, [&] { return run(o); });
 }

@@ -13,6 +13,8 @@
 #include <disagmoe/model/reference_experts.hpp>
 #include <disagmoe/runtime/colocated_trainer.hpp>
 
+#include <bench_args.hpp>
+
 #include <Eigen/Core>
 
 #include <chrono>
@@ -172,9 +174,9 @@ int main(int argc, char** argv) {
       std::stringstream ss(argv[++i]);
       for (std::string s; std::getline(ss, s, ',');) models.push_back(s);
     } else if (a == "--steps" && i + 1 < argc) {
-      steps = std::stoi(argv[++i]);
+      steps = static_cast<int>(bench::integer_value(argv[0], a, argv[++i], 1, 100000));
     } else if (a == "--threads" && i + 1 < argc) {
-      threads = std::stoi(argv[++i]);
+      threads = static_cast<int>(bench::integer_value(argv[0], a, argv[++i], 1, 1024));
     } else if (a == "--no-torch") {
       torch = false;
     } else {
