@@ -14,6 +14,12 @@
 
 namespace bench {
 
+/// The program's name for its messages: argv[0] without its directories.
+inline const char* program_name(const char* argv0) {
+  const char* slash = std::strrchr(argv0, '/');
+  return slash ? slash + 1 : argv0;
+}
+
 /// Handles `--help`/`-h` as the first argument (usage on stdout, exit 0) and more than
 /// `max_positional` arguments (one line naming the first extra one, exit 2). Returns
 /// only when the command line may go on.
@@ -24,7 +30,7 @@ inline void expect_usage(int argc, char** argv, int max_positional, const char* 
   }
   if (argc - 1 <= max_positional) return;
   std::fprintf(stderr, "%s: error: argument %d = \"%s\": expected at most %d argument%s (see --help)\n",
-               argv[0], max_positional + 1, argv[max_positional + 1], max_positional,
+               program_name(argv[0]), max_positional + 1, argv[max_positional + 1], max_positional,
                max_positional == 1 ? "" : "s");
   std::exit(2);
 }
@@ -32,8 +38,8 @@ inline void expect_usage(int argc, char** argv, int max_positional, const char* 
 /// Ends the program after one line on stderr: `name = "text": expected ...`, exit 2.
 [[noreturn]] inline void bad_argument(const char* program, std::string_view name, std::string_view text,
                                       const std::string& expected) {
-  std::fprintf(stderr, "%s: error: %.*s = \"%.*s\": expected %s (see --help)\n", program, int(name.size()),
-               name.data(), int(text.size()), text.data(), expected.c_str());
+  std::fprintf(stderr, "%s: error: %.*s = \"%.*s\": expected %s (see --help)\n", program_name(program),
+               int(name.size()), name.data(), int(text.size()), text.data(), expected.c_str());
   std::exit(2);
 }
 
@@ -56,7 +62,9 @@ inline double real_value(const char* program, std::string_view name, std::string
   const std::string s(text);
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) || v < lo || v > hi) {
+  const bool plain = !s.empty() && s.find_first_of(" \t\n") == std::string::npos &&
+                     s.find_first_of("xX") == std::string::npos;
+  if (!plain || end != s.c_str() + s.size() || !std::isfinite(v) || v < lo || v > hi) {
     char range[96];
     std::snprintf(range, sizeof range, "a number in [%g, %g]", lo, hi);
     bad_argument(program, name, text, range);
@@ -67,7 +75,11 @@ inline double real_value(const char* program, std::string_view name, std::string
 /// The argument after option argv[i] (i moves to it); ends the program naming the
 /// option when there is none.
 inline const char* option_value(int argc, char** argv, int& i) {
-  if (i + 1 >= argc) bad_argument(argv[0], argv[i], "", "a value after it");
+  if (i + 1 >= argc) {
+    std::fprintf(stderr, "%s: error: %s: expected a value after it (see --help)\n", program_name(argv[0]),
+                 argv[i]);
+    std::exit(2);
+  }
   return argv[++i];
 }
 

@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
   const auto tokens = static_cast<std::size_t>(bench::positional(argc, argv, 1, "tokens", 1, 1 << 22, 16384));
   const auto hidden = static_cast<std::size_t>(bench::positional(argc, argv, 2, "hidden", 1, 1 << 16, 4096));
   const int iters = static_cast<int>(bench::positional(argc, argv, 3, "iterations", 1, 10000, 20));
+  if (tokens * hidden > (std::size_t{1} << 28))  // 512 MiB of bf16 rows, a few copies on host and device
+    bench::bad_argument(argv[0], "tokens x hidden", std::to_string(tokens) + " x " + std::to_string(hidden),
+                        "at most 2^28 elements");
   if (cuda::device_count() == 0) {
     std::printf("cuda_kernel_bench: skipped: no CUDA device\n");
     return 77;

@@ -178,26 +178,36 @@ int main(int argc, char** argv) {
   bool use_cbc = true, presolve = true, flow_cover = false;
   int fcnd = 0;
   std::vector<std::string> only;
+  bool dir_given = false;
   for (int a = 1; a < argc; ++a) {
     const std::string s = argv[a];
-    if (s == "--time-limit" && a + 1 < argc) {
-      limit = bench::real_value(argv[0], s, argv[++a], 0, 1e9);
+    if (s == "--time-limit") {
+      limit = bench::real_value(argv[0], s, bench::option_value(argc, argv, a), 0.001, 1e9);
     } else if (s == "--no-cbc") {
       use_cbc = false;
     } else if (s == "--no-presolve") {
       presolve = false;
     } else if (s == "--flow-cover") {
       flow_cover = true;
-    } else if (s == "--fcnd" && a + 1 < argc) {
-      fcnd = static_cast<int>(bench::integer_value(argv[0], s, argv[++a], 0, 1000));
-    } else if (s == "--only" && a + 1 < argc) {
-      std::stringstream ss(argv[++a]);
+    } else if (s == "--fcnd") {
+      fcnd = static_cast<int>(bench::integer_value(argv[0], s, bench::option_value(argc, argv, a), 0, 1000));
+    } else if (s == "--only") {
+      std::stringstream ss(bench::option_value(argc, argv, a));
       for (std::string n; std::getline(ss, n, ',');) only.push_back(n);
     } else if (s == "--help" || s == "-h") {
-      std::cout << "bench_milp [DIR] [--time-limit S] [--only NAME,...] [--no-cbc] [--no-presolve] [--flow-cover] [--fcnd K]\n";
+      std::cout
+          << "usage: bench_milp [DIR] [--time-limit S] [--only NAME,...] [--no-cbc] [--no-presolve] "
+             "[--flow-cover]\n"
+             "                  [--fcnd K]\n"
+             "Solves the MIPLIB 3 instances of DIR (.mps or .mps.gz; default: the shared data set) and K\n"
+             "generated fixed-charge network designs, each beside CBC in the same run where CBC is "
+             "installed.\n";
       return 0;
+    } else if (s.starts_with("-") || dir_given) {
+      bench::bad_argument(argv[0], "argument", s, "an option of --help or one directory");
     } else {
       dir = s;
+      dir_given = true;
     }
   }
   use_cbc = use_cbc && have_cbc();
@@ -216,10 +226,13 @@ int main(int argc, char** argv) {
       files.push_back(path);
     }
   }
-  if (files.empty()) {
-    std::cerr << "bench_milp: no .mps(.gz) files in " << dir << "\n";
-    return 2;
-  }
+  if (files.empty()) bench::bad_argument(argv[0], "DIR", dir, "a directory holding .mps or .mps.gz files");
+  for (const std::string& n : only)
+    if (std::none_of(files.begin(), files.end(), [&](const std::string& f) {
+          const std::string stem = fs::path(f).filename().string();
+          return stem.substr(0, stem.find('.')) == n;
+        }))
+      bench::bad_argument(argv[0], "--only", n, "the name of an instance in " + dir);
   std::printf("time limit %.0f s per instance; CBC %s; flow cover cuts %s; load average %s\n\n", limit,
               use_cbc ? "(same run)" : "not run", flow_cover ? "on" : "off", load_average().c_str());
   std::printf("| instance | status | objective | known optimum | match | time s | cpu s | nodes | presolve rows/cols/bounds/coefs/parallel/subst/dom | root bound | after cuts | cuts g/c/m/f | CBC status | CBC time s | ratio |\n");

@@ -235,10 +235,15 @@ std::vector<Variant> variants(int world, int layers, int micro_batches) {
   return v;
 }
 
-std::vector<int> parse_list(const char* s) {
+// --world: a comma-separated list of even rank counts, 2 to 64.
+std::vector<int> parse_worlds(const char* program, const std::string& s) {
   std::vector<int> v;
   std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');) v.push_back(std::stoi(x));
+  for (std::string x; std::getline(ss, x, ',');) {
+    v.push_back(int(bench::integer_value(program, "--world", x, 2, 64)));
+    if (v.back() % 2 != 0) bench::bad_argument(program, "--world", x, "an even number of ranks");
+  }
+  if (v.empty()) bench::bad_argument(program, "--world", s, "a list of rank counts, e.g. 2,4");
   return v;
 }
 
@@ -260,13 +265,11 @@ int main(int argc, char** argv) {
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
-      auto next = [&]() -> const char* {
-        if (i + 1 >= argc) throw dm::ConfigError(a + ": expected a value");
-        return argv[++i];
-      };
+      auto next = [&] { return bench::option_value(argc, argv, i); };
       if (a == "--help" || a == "-h") return usage(0);
       else if (a == "--model") o.model = next();
-      else if (a == "--world") o.worlds = parse_list(next());
+      else if (a == "--world")
+        o.worlds = parse_worlds(argv[0], next());
       else if (a == "--micro-batches")
         o.micro_batches = int(bench::integer_value(argv[0], a, next(), 1, 4096));
       else if (a == "--micro-batch")
@@ -274,14 +277,12 @@ int main(int argc, char** argv) {
       else if (a == "--steps")
         o.steps = int(bench::integer_value(argv[0], a, next(), 2, 100000));
       else if (a == "--comm-share")
-        o.comm_share = bench::real_value(argv[0], a, next(), 0, 1);
+        o.comm_share = bench::real_value(argv[0], a, next(), 0.01, 0.99);
       else if (a == "--latency")
         o.latency = bench::real_value(argv[0], a, next(), 0, 10);
-      else return usage(2);
+      else
+        bench::bad_argument(argv[0], "argument", a, "an option of --help");
     }
-    dm::expect(o.steps >= 2, "--steps", o.steps, "at least 2 (the first step is left out)");
-    dm::expect(o.comm_share > 0 && o.comm_share < 1, "--comm-share", o.comm_share, "a fraction in (0, 1)");
-    for (int w : o.worlds) dm::expect(w >= 2 && w % 2 == 0, "--world", w, "an even number of ranks >= 2");
     dm::host::keep_freed_memory();
     dm::ModelSpec spec = mo::train_preset(o.model);
     spec.micro_batch = o.micro_batch;

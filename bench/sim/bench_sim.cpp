@@ -85,6 +85,7 @@ int run(Options o) {
         k.chunks = v.chunks;
         k.af_uses_sms = !rdma_m2n;
         // Baselines at each depth up to --max-stages, each at its best EP degree.
+        std::string why;  // the last depth's reason when none runs
         for (int st : {1, 2, 4, 8, 16}) {
           if (v.schedule != "afpipe" && st > max_stages) break;
           try {
@@ -95,11 +96,14 @@ int run(Options o) {
                                 (r.fits == it->second.fits &&
                                  r.result.tokens_per_second > it->second.result.tokens_per_second);
             if (better) res.insert_or_assign(v.label, std::move(r));
-          } catch (const disagmoe::ConfigError&) {
+          } catch (const disagmoe::ConfigError& e) {
+            why = e.what();
           }
           if (v.schedule == "afpipe") break;
         }
-        if (!res.count(v.label)) std::printf("  %s %d %s: no runnable layout\n", name.c_str(), seq, v.label.c_str());
+        if (!res.count(v.label))
+          std::printf("  %s %d %s: no runnable layout (%s)\n", name.c_str(), seq, v.label.c_str(),
+                      why.c_str());
       }
       // When no baseline fits memory the comparison is of speed only, so AF-Pipe is
       // compared at its fastest layout too, not at a slower one chosen because it fits.
@@ -191,7 +195,8 @@ int run(Options o) {
     ds::Simulated s;
     try {
       s = ds::simulate_best(v.schedule, m, cluster, *co, k);
-    } catch (const disagmoe::ConfigError&) {
+    } catch (const disagmoe::ConfigError& e) {  // e.g. a timeline over the work budget
+      std::printf("%-13s not timed: %s\n", v.label.c_str(), e.what());
       continue;
     }
     std::vector<double> wall, cpu;
@@ -222,7 +227,7 @@ int main(int argc, char** argv) {
       "layout found by the simulator, for three MoE models at 4K-32K tokens; then the simulator's own "
       "speed on the largest configuration (Qwen3-235B, 32K). See bench/RESULTS.md.",
       "bench_sim"};
-  app.add_flag("--quick", o.quick, "4K tokens only");
+  CLI::Option* quick = app.add_flag("--quick", o.quick, "4K tokens only");
   CLI::Option* speed = app.add_flag("--speed", o.speed_only, "only the simulator-speed section");
   app.add_flag("--no-speed", o.no_speed, "skip the simulator-speed section")->excludes(speed);
   app.add_flag("--rdma-m2n", o.rdma_m2n, "AF-Pipe's M2N transfers on an RDMA engine that takes no SMs");
@@ -231,12 +236,13 @@ int main(int argc, char** argv) {
   app.add_option("--reps", o.reps, "simulate() calls per schedule in the speed section (median reported)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--global-batch", o.global_batch, "sequences per step")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--max-stages", o.max_stages, "deepest pipeline the baselines try (of 1, 2, 4, 8, 16)")
-      ->check(CLI::Range(1, 16));
+  app.add_option("--max-stages", o.max_stages, "deepest pipeline the baselines try")
+      ->check(CLI::IsMember({1, 2, 4, 8, 16}));
   app.add_option_function<int>(
          "--seq", [&](int v) { o.seqs = {v}; },
          "one sequence length instead of 4K-32K (also the speed section's)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(CLI::Range(1, 1 << 20))
+      ->excludes(quick);
   app.add_option_function<std::string>(
          "--model", [&](const std::string& v) { o.models = {v}; }, "one model preset instead of three")
       ->check(CLI::IsMember(disagmoe::model_preset_names()));

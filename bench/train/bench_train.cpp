@@ -17,6 +17,7 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -164,24 +165,31 @@ int main(int argc, char** argv) {
   bool torch = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--help") {
-      std::cout << "bench_train [--models tiny,small] [--steps N] [--threads N] [--no-torch]\n"
+    if (a == "--help" || a == "-h") {
+      std::cout << "usage: bench_train [--models tiny,small] [--steps N] [--threads N] [--no-torch]\n"
                    "Colocated trainer tokens/s and GFLOP/s against Eigen GEMMs of the same shapes and\n"
                    "against PyTorch (tests/runtime/torch_reference.py) in the same run.\n";
       return 0;
-    } else if (a == "--models" && i + 1 < argc) {
+    } else if (a == "--models") {
       models.clear();
-      std::stringstream ss(argv[++i]);
-      for (std::string s; std::getline(ss, s, ',');) models.push_back(s);
-    } else if (a == "--steps" && i + 1 < argc) {
-      steps = static_cast<int>(bench::integer_value(argv[0], a, argv[++i], 1, 100000));
-    } else if (a == "--threads" && i + 1 < argc) {
-      threads = static_cast<int>(bench::integer_value(argv[0], a, argv[++i], 1, 1024));
+      std::stringstream ss(bench::option_value(argc, argv, i));
+      for (std::string s; std::getline(ss, s, ',');) {
+        const auto presets = mo::train_presets();
+        if (std::none_of(presets.begin(), presets.end(), [&](const dm::ModelSpec& m) { return m.name == s; }))
+          bench::bad_argument(argv[0], a, s, "training presets, e.g. tiny,small");
+        models.push_back(s);
+      }
+      if (models.empty()) bench::bad_argument(argv[0], a, "", "training presets, e.g. tiny,small");
+    } else if (a == "--steps") {
+      steps =
+          static_cast<int>(bench::integer_value(argv[0], a, bench::option_value(argc, argv, i), 1, 100000));
+    } else if (a == "--threads") {
+      threads =
+          static_cast<int>(bench::integer_value(argv[0], a, bench::option_value(argc, argv, i), 1, 1024));
     } else if (a == "--no-torch") {
       torch = false;
     } else {
-      std::cerr << "bench_train: error: unknown argument " << a << " (see --help)\n";
-      return 2;
+      bench::bad_argument(argv[0], "argument", a, "an option of --help");
     }
   }
   disagmoe::host::keep_freed_memory();  // as disagmoe-train

@@ -59,8 +59,8 @@ TEST_CASE("context parallelism in the problems: a sliding-window layer's ring ca
   m.seq_len = 32768;
   auto c = disagmoe::cluster_preset("h800x128");
   c.intra_node_bandwidth = 5e7;  // even the halo outlasts the compute it overlaps
-  const int cp = 4;              // chunks of 8192 positions: a window needs one hop of 128 of them
-  const double halo = c.intra_node_latency + 128.0 * m.micro_batch * 2 * m.kv_heads * m.head_dim * 2 /
+  const int cp = 4;              // half-chunks of 4096 positions: each needs the 127 before it, one hop away
+  const double halo = c.intra_node_latency + 2 * 127.0 * m.micro_batch * 2 * m.kv_heads * m.head_dim * 2 /
                                                  (c.intra_node_bandwidth * 0.85);
   REQUIRE(m.is_windowed_layer(0));
   REQUIRE_FALSE(m.is_windowed_layer(1));

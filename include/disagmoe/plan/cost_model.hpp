@@ -291,19 +291,23 @@ struct RingAttentionSeconds {
 /// `network_efficiency`). Ring attention computes on one chunk while the next arrives,
 /// so a pass takes the longer of its compute and its ring (schedule/cost_adapter.hpp,
 /// plan/allocation.hpp).
-/// A sliding-window layer (window w, contiguous chunks of S/cp tokens per sequence) needs
-/// only the keys and values of the w positions before its chunk: a halo of
-/// min(w, (cp − 1)·S/cp) positions per sequence, relayed over min(cp − 1, ⌈w·cp/S⌉) hops
-/// (one message latency each), which is the whole ring once w reaches (cp − 1)·S/cp.
-/// All 0 for cp = 1. O(1).
+/// A sliding-window layer (window w: query i sees keys i − w < j ≤ i, model/attention.hpp)
+/// keeps the same load-balanced layout, each GPU two half-chunks of H = S/(2cp) positions
+/// (i and 2cp − 1 − i), so it needs only the w − 1 positions before each half: a halo of
+/// min(2(w − 1), (cp − 1)·S/cp) positions per sequence, the halves' from opposite
+/// neighbours at once, relayed over ⌈(w − 1)/H⌉ hops; the whole ring once the halo
+/// reaches (cp − 1)·S/cp. All 0 for cp = 1. O(1).
 inline RingAttentionSeconds context_parallel_ring_seconds(const ModelSpec& m, int l, int cp,
                                                           const ClusterSpec& c, double network_efficiency) {
+  detail::check_layer(m, l);
   if (cp <= 1) return {};
-  const double chunk_positions = double(m.seq_len) / cp;  // of each sequence, per GPU
-  double positions = (cp - 1) * chunk_positions, hops = cp - 1;
-  if (m.is_windowed_layer(l) && m.sliding_window < positions) {
-    positions = m.sliding_window;
-    hops = std::min(hops, std::ceil(m.sliding_window / chunk_positions));
+  double positions = (cp - 1) * (double(m.seq_len) / cp), hops = cp - 1;  // the whole ring
+  if (m.is_windowed_layer(l)) {
+    const double halo = double(m.sliding_window) - 1, half_chunk = double(m.seq_len) / (2 * cp);
+    if (2 * halo < positions) {  // then ⌈halo / H⌉ ≤ cp − 1 hops
+      positions = 2 * halo;
+      hops = std::ceil(halo / half_chunk);
+    }
   }
   const double bytes = positions * m.micro_batch * 2.0 * m.kv_heads * m.head_dim * bytes_of(m.dtype);
   const double forward = hops * c.intra_node_latency + bytes / (c.intra_node_bandwidth * network_efficiency);
