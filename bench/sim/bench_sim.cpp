@@ -244,7 +244,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20))
       ->excludes(quick);
   app.add_option_function<std::string>(
-         "--model", [&](const std::string& v) { o.models = {v}; }, "one model preset instead of three")
+         "--model", [&](const std::string& v) { o.models = {v}; },
+         "one model preset instead of three (the tables; the speed section times Qwen3-235B)")
       ->check(CLI::IsMember(disagmoe::model_preset_names()));
   return disagmoe::cli::run_main(app, argc, argv, [&] { return run(o); });
 }
