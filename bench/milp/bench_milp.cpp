@@ -170,6 +170,12 @@ milp::Problem fcnd_problem(std::uint64_t seed) {
   return p;
 }
 
+// An instance's name: its file name up to the first dot (air04.mps.gz -> air04).
+std::string instance_name(const std::string& path) {
+  const std::string file = fs::path(path).filename().string();
+  return file.substr(0, file.find('.'));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -228,10 +234,7 @@ int main(int argc, char** argv) {
   }
   if (files.empty()) bench::bad_argument(argv[0], "DIR", dir, "a directory holding .mps or .mps.gz files");
   for (const std::string& n : only)
-    if (std::none_of(files.begin(), files.end(), [&](const std::string& f) {
-          const std::string stem = fs::path(f).filename().string();
-          return stem.substr(0, stem.find('.')) == n;
-        }))
+    if (std::none_of(files.begin(), files.end(), [&](const std::string& f) { return instance_name(f) == n; }))
       bench::bad_argument(argv[0], "--only", n, "the name of an instance in " + dir);
   std::printf("time limit %.0f s per instance; CBC %s; flow cover cuts %s; load average %s\n\n", limit,
               use_cbc ? "(same run)" : "not run", flow_cover ? "on" : "off", load_average().c_str());
@@ -240,8 +243,7 @@ int main(int argc, char** argv) {
   int solved = 0, wrong = 0, both = 0;
   double log_ours = 0, log_cbc = 0, log_ratio = 0;
   for (const std::string& f : files) {
-    std::string name = fs::path(f).filename().string();
-    name = name.substr(0, name.find('.'));
+    const std::string name = instance_name(f);
     if (!only.empty() && std::find(only.begin(), only.end(), name) == only.end()) continue;
     const milp::Problem p = milp::read_mps_file(f);
     milp::Options o;
