@@ -39,11 +39,11 @@ void print_table(const plan::AdaptiveAllocator& allocator, const plan::Plan& p) 
               "group", "busy ms/mb", "memory GB/GPU", "intensity");
   std::printf("%-10s %6d %6.1f%% %6d %12.1f %10d %14.3f %16.2f %12.0f\n", "attention", p.attention_gpus,
               100.0 * p.attention_gpus / used, p.attention_nics, p.attention_bandwidth_per_gpu / 1e9,
-              p.attention_group_size, std::max(e.attention_seconds, e.attention_link_seconds) * 1e3,
+              p.attention_group_size, std::max(e.attention_compute_seconds, e.attention_link_seconds) * 1e3,
               e.memory.attention_worker.total() / 1e9, p.attention_roofline.intensity);
-  std::printf("%-10s %6d %6.1f%% %6d %12.1f %10d %14.3f %16.2f %12.0f\n", "ffn", p.ffn_gpus, 100.0 * p.ffn_gpus / used,
-              p.ffn_nics, p.ffn_bandwidth_per_gpu / 1e9, p.ffn_group_size,
-              std::max(e.ffn_seconds, e.ffn_link_seconds) * 1e3, e.memory.ffn_worker.total() / 1e9,
+  std::printf("%-10s %6d %6.1f%% %6d %12.1f %10d %14.3f %16.2f %12.0f\n", "ffn", p.ffn_gpus,
+              100.0 * p.ffn_gpus / used, p.ffn_nics, p.ffn_bandwidth_per_gpu / 1e9, p.ffn_group_size,
+              std::max(e.ffn_compute_seconds, e.ffn_link_seconds) * 1e3, e.memory.ffn_worker.total() / 1e9,
               p.ffn_roofline.intensity);
   std::printf("NIC bandwidth per GPU, FFN / attention: %.2fx\n", p.ffn_bandwidth_per_gpu / p.attention_bandwidth_per_gpu);
   std::printf("groups %d (interleaved, %zu layers in pair 0); stage %.3f ms; analytic step %.3f s; %.0f tokens/s; "

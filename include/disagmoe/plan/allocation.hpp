@@ -195,6 +195,14 @@ struct StepEstimate {
   /// and bottleneck use these.
   double attention_link_seconds = 0;
   double ffn_link_seconds = 0;
+  /// Per-micro-batch compute seconds of the bottleneck pair (the pair whose busiest
+  /// resource sets the step, after the SM slow-down: it may differ from the pair the
+  /// four busy times above describe, e.g. the one holding the output head), and that
+  /// pair. The bottleneck is the largest of these two and the two link times above,
+  /// so they are what explains it.
+  double attention_compute_seconds = 0;
+  double ffn_compute_seconds = 0;
+  int bottleneck_pair = 0;
   bool ring_bound = false;      ///< too few waves to fill the ring: rounds × R > busy time
   Bottleneck bottleneck = Bottleneck::kAttention;
   FitReport memory;             ///< largest A and F worker
@@ -581,7 +589,8 @@ class AnalyticModel {
     // Compute slowed by the SMs the M2N kernels hold, over the untaxed period `busy`
     // (a one-step fixed point: the taxed period is at most 1/(1 − sm) longer).
     double taxed = 0;
-    for (const PairTimes& q : pairs) {
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      const PairTimes& q = pairs[i];
       const double link = kCommOverlap * std::max(q.la, q.lf);
       const double sa = comm_sm_slowdown(sm, link, busy), sf = comm_sm_slowdown(sm, link, busy);
       const double a = q.a * sa, f = q.f * sf;
@@ -592,6 +601,9 @@ class AnalyticModel {
         e.ffn_sm_slowdown = sf;
         e.attention_link_seconds = q.la_ar;
         e.ffn_link_seconds = q.lf_ar;
+        e.attention_compute_seconds = a;
+        e.ffn_compute_seconds = f;
+        e.bottleneck_pair = static_cast<int>(i);
         e.bottleneck = pair_busy == a ? Bottleneck::kAttention : pair_busy == f ? Bottleneck::kFfn : Bottleneck::kNetwork;
       }
       // Round trip of one wave through this pair, per layer: A, A→F, F, F→A.

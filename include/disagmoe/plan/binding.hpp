@@ -38,8 +38,8 @@ inline Binding binding_constraint(const AnalyticModel& model, const Allocation& 
     const bool f_side = e.ffn_link_seconds >= e.attention_link_seconds;
     s << "the " << (f_side ? "F" : "A") << " side's " << (f_side ? ffn_nics(x, c) : attention_nics(x, c))
       << " NICs: " << std::max(e.attention_link_seconds, e.ffn_link_seconds) * 1e3
-      << " ms per micro-batch on the links against " << e.attention_seconds * 1e3 << " ms A and " << e.ffn_seconds * 1e3
-      << " ms F compute";
+      << " ms per micro-batch on the links against " << e.attention_compute_seconds * 1e3 << " ms A and "
+      << e.ffn_compute_seconds * 1e3 << " ms F compute";
     return {"network", s.str()};
   }
   const bool a_side = e.bottleneck == Bottleneck::kAttention;
@@ -70,7 +70,8 @@ inline Binding binding_constraint(const AnalyticModel& model, const Allocation& 
           const double t = model.estimate(y).step_seconds;
           if (t < best) best = t, best_y = y;
         }
-  s << side << " compute (" << (a_side ? e.attention_seconds : e.ffn_seconds) * 1e3 << " ms per micro-batch)";
+  s << side << " compute (" << (a_side ? e.attention_compute_seconds : e.ffn_compute_seconds) * 1e3
+    << " ms per micro-batch)";
   if (valid == 0) {
     s << ": no valid split gives " << side << " more than " << mine << " GPUs per node (group sizes)";
     return {"group sizes", s.str()};

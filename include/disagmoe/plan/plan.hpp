@@ -80,21 +80,23 @@ struct Plan {
     s << "The step is bound by ";
     switch (e.bottleneck) {
       case Bottleneck::kAttention:
-        s << "attention compute: each of the " << attention_gpus << " attention GPUs spends " << e.attention_seconds * ms
-          << " ms per micro-batch against " << e.ffn_seconds * ms << " ms on the FFN side and "
-          << std::max(e.attention_link_seconds, e.ffn_link_seconds) * ms << " ms on the links";
+        s << "attention compute: each of the " << attention_gpus << " attention GPUs spends "
+          << e.attention_compute_seconds * ms << " ms per micro-batch against " << e.ffn_compute_seconds * ms
+          << " ms on the FFN side and " << std::max(e.attention_link_seconds, e.ffn_link_seconds) * ms
+          << " ms on the links";
         break;
       case Bottleneck::kFfn:
-        s << "FFN compute: " << e.ffn_seconds * ms << " ms per micro-batch on the " << ffn_gpus
-          << " FFN GPUs against " << e.attention_seconds * ms << " ms of attention and "
+        s << "FFN compute: " << e.ffn_compute_seconds * ms << " ms per micro-batch on the " << ffn_gpus
+          << " FFN GPUs against " << e.attention_compute_seconds * ms << " ms of attention and "
           << std::max(e.attention_link_seconds, e.ffn_link_seconds) * ms << " ms on the links";
         break;
       default: {
         const bool f_side = e.ffn_link_seconds >= e.attention_link_seconds;
-        s << "the network on the " << (f_side ? "FFN" : "attention") << " side: "
-          << std::max(e.attention_link_seconds, e.ffn_link_seconds) * ms << " ms per micro-batch over "
-          << (f_side ? ffn_nics : attention_nics) << " NICs against " << e.attention_seconds * ms
-          << " ms of attention and " << e.ffn_seconds * ms << " ms of FFN compute";
+        s << "the network on the " << (f_side ? "FFN" : "attention")
+          << " side: " << std::max(e.attention_link_seconds, e.ffn_link_seconds) * ms
+          << " ms per micro-batch over " << (f_side ? ffn_nics : attention_nics) << " NICs against "
+          << e.attention_compute_seconds * ms << " ms of attention and " << e.ffn_compute_seconds * ms
+          << " ms of FFN compute";
       }
     }
     s << "; attention intensity " << attention_roofline.intensity << " FLOP/B is "

@@ -87,7 +87,10 @@ inline io::Json to_json(const Plan& p) {
                     {"attention_sm_slowdown", e.attention_sm_slowdown},
                     {"ffn_sm_slowdown", e.ffn_sm_slowdown},
                     {"attention_link_seconds", e.attention_link_seconds},
-                    {"ffn_link_seconds", e.ffn_link_seconds}};
+                    {"ffn_link_seconds", e.ffn_link_seconds},
+                    {"attention_compute_seconds", e.attention_compute_seconds},
+                    {"ffn_compute_seconds", e.ffn_compute_seconds},
+                    {"bottleneck_pair", e.bottleneck_pair}};
   j["memory_bytes"] = {{"attention_worker", e.memory.attention_worker.total()},
                        {"ffn_worker", e.memory.ffn_worker.total()},
                        {"capacity", e.memory.capacity}};
