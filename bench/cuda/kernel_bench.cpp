@@ -10,6 +10,7 @@
 
 #include <bench_args.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -25,8 +26,7 @@ namespace {
 template <class E>
 cuda::DeviceBuffer<E> upload(const std::vector<E>& v) {
   cuda::DeviceBuffer<E> d;
-  d.resize(v.size());
-  if (!v.empty()) DISAGMOE_CUDA_CHECK(cudaMemcpy(d.data(), v.data(), v.size() * sizeof(E), cudaMemcpyHostToDevice));
+  d.assign(v);
   return d;
 }
 template <class E>
@@ -72,7 +72,9 @@ int main(int argc, char** argv) {
   const auto tokens = static_cast<std::size_t>(bench::positional(argc, argv, 1, "tokens", 1, 1 << 22, 16384));
   const auto hidden = static_cast<std::size_t>(bench::positional(argc, argv, 2, "hidden", 1, 1 << 16, 4096));
   const int iters = static_cast<int>(bench::positional(argc, argv, 3, "iterations", 1, 10000, 20));
-  if (tokens * hidden > (std::size_t{1} << 28))  // 512 MiB of bf16 rows, a few copies on host and device
+  // Each buffer below holds up to max(send-once rows, 2 x F-rank 0's slots) rows: about 5.3
+  // x tokens for top-8 over 8 ranks, so up to ~3 GB of bf16 at the cap, three on the device.
+  if (tokens * hidden > (std::size_t{1} << 28))
     bench::bad_argument(argv[0], "tokens x hidden", std::to_string(tokens) + " x " + std::to_string(hidden),
                         "at most 2^28 elements");
   if (cuda::device_count() == 0) {
@@ -117,11 +119,14 @@ int main(int argc, char** argv) {
 
   cuda::Backend b;
   auto s = b.comm_stream();
-  std::vector<bf16> x(std::max(rows, tokens) * hidden);
+  // Rows enough for every kernel's input and output, and for the copy of what each reads
+  // (gate_gradients reads 2 x slots rows).
+  const std::size_t buffer_rows = std::max({rows, tokens, 2 * slots});
+  std::vector<bf16> x(buffer_rows * hidden);
   for (auto& v : x) v = __float2bfloat16_rn(static_cast<float>(rng() % 1000) / 1000.0f);
   auto d_src = upload(x);
   cuda::DeviceBuffer<bf16> d_out, d_copy;
-  d_out.resize(std::max(rows, slots) * hidden);
+  d_out.resize(buffer_rows * hidden);
   d_copy.resize(d_out.size());
   auto d_row_token = upload(std::vector<std::int64_t>(layout.row_token().begin(), layout.row_token().end()));
   auto d_tok_off = upload(std::vector<std::int64_t>(layout.token_offsets().begin(), layout.token_offsets().end()));

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 using namespace disagmoe;
@@ -104,6 +105,26 @@ TEST_CASE("split rejects bad member lists") {
   const std::vector<int> out_of_range{0, 3}, twice{0, 0};
   CHECK_THROWS_WITH_AS(t.split(out_of_range), "split.members[i] = 3: expected a rank of the parent group", ConfigError);
   CHECK_THROWS_AS(t.split(twice), ConfigError);
+}
+
+TEST_CASE("GroupGuard closes its group when the scope throws; the first exception escapes") {
+  LoopbackWorld world(1);
+  auto t = world.transport(0);
+  const int v = 7;
+  int got = 0;
+  LoopbackTransport::Request s;
+  const auto throwing_scope = [&] {
+    comm::GroupGuard<LoopbackTransport> g(t);
+    s = comm::isend(t, 0, 0, std::span<const int>(&v, 1));  // deferred to the group's end
+    throw std::runtime_error("compute failed");
+  };
+  CHECK_THROWS_WITH_AS(throwing_scope(), "compute failed", std::runtime_error);
+  // The send was posted by the guard while unwinding, and the group depth is back to 0.
+  auto r = comm::irecv(t, 0, 0, std::span<int>(&got, 1));
+  must_wait(t, r);
+  must_wait(t, s);
+  CHECK(got == 7);
+  CHECK_THROWS_AS(t.group_end(), ConfigError);
 }
 
 TEST_CASE("a silent peer makes wait return false at the deadline; cancel withdraws") {

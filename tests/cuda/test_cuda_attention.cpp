@@ -160,7 +160,7 @@ TEST_CASE("the AdamW kernel equals runtime::adamw_update bit for bit") {
   cuda::DeviceBuffer<float> dp, dg, dm, dv;
   for (auto* b : {&dp, &dg, &dm, &dv}) b->resize(n);
   auto up = [](const Mat& x, cuda::DeviceBuffer<float>& d) {
-    DISAGMOE_CUDA_CHECK(cudaMemcpy(d.data(), x.data(), d.size() * sizeof(float), cudaMemcpyHostToDevice));
+    d.assign(std::span<const float>(x.data(), d.size()));
   };
   up(p, dp);
   up(m, dm);

@@ -25,8 +25,7 @@ namespace {
 template <class E>
 DeviceBuffer<E> upload(const std::vector<E>& v) {
   DeviceBuffer<E> d;
-  d.resize(v.size());
-  if (!v.empty()) DISAGMOE_CUDA_CHECK(cudaMemcpy(d.data(), v.data(), v.size() * sizeof(E), cudaMemcpyHostToDevice));
+  d.assign(v);
   return d;
 }
 template <class E>

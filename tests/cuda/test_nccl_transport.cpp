@@ -36,16 +36,14 @@ nccl::Transport one_rank() {
 void self_exchange(nccl::Transport& t, std::size_t n) {
   std::vector<unsigned char> pattern(n);
   for (std::size_t i = 0; i < n; ++i) pattern[i] = static_cast<unsigned char>(i * 131 + 7);
-  cuda::DeviceBuffer<std::byte> sbuf, rbuf;
-  sbuf.resize(n);
-  rbuf.resize(n);
-  DISAGMOE_CUDA_CHECK(cudaMemcpy(sbuf.data(), pattern.data(), n, cudaMemcpyHostToDevice));
-  DISAGMOE_CUDA_CHECK(cudaMemset(rbuf.data(), 0, n));
+  cuda::DeviceBuffer<unsigned char> sbuf, rbuf;
+  sbuf.assign(pattern);
+  rbuf.assign(std::vector<unsigned char>(n));
   nccl::Transport::Request s, r;
   {
     comm::GroupGuard<nccl::Transport> g(t);
-    r = t.irecv(0, 3, std::span<std::byte>(rbuf.data(), n));
-    s = t.isend(0, 3, std::span<const std::byte>(sbuf.data(), n));
+    r = comm::irecv(t, 0, 3, std::span<unsigned char>(rbuf.data(), n));
+    s = comm::isend(t, 0, 3, std::span<const unsigned char>(sbuf.data(), n));
   }
   const auto deadline = comm::deadline_after(30s);
   CHECK(t.wait(s, deadline));
@@ -123,10 +121,8 @@ std::vector<std::vector<unsigned char>> crossed_self_exchange(T& t, std::size_t 
   cuda::DeviceBuffer<std::byte> sbuf[2], rbuf[2];
   for (int c = 0; c < 2; ++c) {
     pattern[c].assign(n, static_cast<unsigned char>(0x10 + c));
-    sbuf[c].resize(n);
-    rbuf[c].resize(n);
-    DISAGMOE_CUDA_CHECK(cudaMemcpy(sbuf[c].data(), pattern[c].data(), n, cudaMemcpyHostToDevice));
-    DISAGMOE_CUDA_CHECK(cudaMemset(rbuf[c].data(), 0, n));
+    sbuf[c].assign(std::as_bytes(std::span(pattern[c])));
+    rbuf[c].assign(std::vector<std::byte>(n));
   }
   typename T::Request req[4];
   {

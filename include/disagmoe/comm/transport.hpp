@@ -18,6 +18,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <exception>
 #include <optional>
 #include <span>
 #include <type_traits>
@@ -103,16 +104,29 @@ template <transport T, wire_element E>
 }
 
 /// RAII bracket for grouped submission: `group_begin()` now, `group_end()` at scope exit.
+/// A failing `group_end()` throws from the destructor, unless the scope is already
+/// unwinding from an exception: then the group is still closed (so that what it posted
+/// can be cancelled) and the second error dropped in favour of the first.
 template <transport T>
 class GroupGuard {
  public:
-  explicit GroupGuard(T& t) : t_(t) { t_.group_begin(); }
+  explicit GroupGuard(T& t) : t_(t), unwinding_(std::uncaught_exceptions()) { t_.group_begin(); }
   GroupGuard(const GroupGuard&) = delete;
   GroupGuard& operator=(const GroupGuard&) = delete;
-  ~GroupGuard() { t_.group_end(); }
+  ~GroupGuard() noexcept(false) {
+    if (std::uncaught_exceptions() == unwinding_) {
+      t_.group_end();
+      return;
+    }
+    try {
+      t_.group_end();
+    } catch (...) {  // the exception in flight is the one to report
+    }
+  }
 
  private:
   T& t_;
+  int unwinding_;
 };
 
 /// A deadline `timeout` from now.

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <string>
 
 namespace disagmoe {
@@ -60,13 +61,21 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
 }
 
 /// Number of visible CUDA devices; 0 when there is no driver or no device (never throws).
+/// Any reason but "no device" is printed once to stderr: a driver older than the runtime
+/// (cudaErrorInsufficientDriver) must not pass for a machine without a GPU.
 inline int device_count() noexcept {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
+  const cudaError_t st = cudaGetDeviceCount(&n);
+  if (st == cudaSuccess) return n;
+  (void)cudaGetLastError();
+  static const bool once = [st] {
+    if (st != cudaErrorNoDevice)
+      std::fprintf(stderr, "disagmoe: cudaGetDeviceCount = %s (%s): no usable GPU\n", cudaGetErrorName(st),
+                   cudaGetErrorString(st));
+    return true;
+  }();
+  (void)once;
+  return 0;
 }
 
 }  // namespace disagmoe::cuda

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -251,6 +252,15 @@ class DeviceBuffer {
     detail::free_after_device<detail::free_device>(data_);
     data_ = static_cast<E*>(p);
     size_ = capacity_ = n;
+  }
+  /// Resizes to `host.size()` and copies `host` in; returns once every stream can read it
+  /// (a pageable cudaMemcpy may return before its DMA lands, and non-blocking streams do
+  /// not order after the legacy default stream). Set-up, not the critical path.
+  void assign(std::span<const E> host) {
+    resize(host.size());
+    if (host.empty()) return;
+    DISAGMOE_CUDA_CHECK(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice));
+    DISAGMOE_CUDA_CHECK(cudaDeviceSynchronize());
   }
   E* data() { return data_; }
   const E* data() const { return data_; }

@@ -64,6 +64,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -182,18 +183,36 @@ class Transport {
     if (s_->depth++ == 0) tg.open.push_back(s_.get());
   }
   /// ncclGroupEnd; the thread's outermost one launches the groups of every transport
-  /// opened since and records their completion events (see the file comment).
+  /// opened since and records their completion events (see the file comment). The group
+  /// is closed even on an aborted communicator (NCCL's group depth is per thread: an
+  /// unmatched ncclGroupStart would hold back every later call of the thread), and every
+  /// transport in it completed or aborted, so that its requests can be cancelled; the first
+  /// error is thrown after.
   void group_end() {
-    usable("group_end");
     expect(s_->depth > 0, "nccl::Transport.group_end depth", s_->depth, "> 0 (a group_begin first)");
     const ncclResult_t r = ncclGroupEnd();
     --s_->depth;
     ThreadGroups& tg = thread_groups();
-    if (--tg.depth > 0 && r == ncclSuccess) return;  // nothing launched yet
     std::vector<State*> opened;
-    if (tg.depth == 0) opened.swap(tg.open);
-    if (r != ncclSuccess && r != ncclInProgress) check(r, "ncclGroupEnd", __FILE__, __LINE__);
-    for (State* st : opened) complete_group(*st);
+    if (--tg.depth == 0) opened.swap(tg.open);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      for (State* st : opened) abort(*st);  // their operations are in the failed group
+      check(r, "ncclGroupEnd", __FILE__, __LINE__);
+    }
+    std::exception_ptr first;
+    for (State* st : opened) {
+      if (st->aborted) {
+        abort(*st);  // one deferred while its group was open
+        continue;
+      }
+      try {
+        complete_group(*st);  // settle() aborts `st` on an NCCL error or a timeout
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    usable("group_end");
+    if (first) std::rethrow_exception(first);
   }
 
   /// True once `req` completed (consumed); throws NcclError naming its peer and tag on an
@@ -220,9 +239,12 @@ class Transport {
     }
   }
   /// Consumes a completed request; aborts the communicator for a pending one (see the file
-  /// comment). Never blocks on the peer.
+  /// comment). Never blocks on the peer. A request of a group still open is refused (NCCL
+  /// would still launch it at the group's end, on the buffers the caller means to free).
   void cancel(Request& req) {
     if (req.group_ == nullptr) return;
+    expect(req.group_->posted || s_->aborted, "nccl::Transport.cancel request", "inside an open group",
+           "group_end() first");
     const bool done = req.group_->posted && !s_->aborted && query_quietly(*req.group_);
     if (done) deliver(*req.group_);  // the caller may release the buffers after this
     req.group_.reset();
@@ -299,6 +321,7 @@ class Transport {
         else
           (void)ncclCommAbort(comm);
       }
+      if (comm != nullptr && aborted) (void)ncclCommAbort(comm);  // deferred by an unclosed group
       (void)cudaStreamSynchronize(stream.get());
     }
     Options opts;
@@ -314,8 +337,10 @@ class Transport {
   explicit Transport(Options opts) : s_(std::make_unique<State>(std::move(opts))) {}
 
   static void abort(State& s) noexcept {
-    if (s.aborted || s.comm == nullptr) return;
     s.aborted = true;
+    // Inside an open group NCCL still holds the group's operations on this communicator:
+    // it is aborted after the group's ncclGroupEnd (group_end).
+    if (s.comm == nullptr || s.depth > 0) return;
     (void)ncclCommAbort(s.comm);
     s.comm = nullptr;
   }
