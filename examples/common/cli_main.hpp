@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -18,6 +19,10 @@
 #include <string>
 
 namespace disagmoe::cli {
+
+/// How an error names the batch when --global-batch was not given (plan::default_global_batch).
+inline constexpr const char* kDefaultGlobalBatch =
+    "global batch (default: 4Mi tokens / seq_len; --global-batch)";
 
 /// Exit codes shared by every program.
 inline constexpr int kExitOk = 0;
@@ -83,20 +88,35 @@ inline void expect_finite_options(const CLI::App& app) {
 
 // CLI11 converts an integer beyond 64 bits to the nearest bound (strtoll saturates), so
 // a range check afterwards would name 9223372036854775807 rather than what was typed:
-// every integer option must fit 64 bits as written.
+// every integer option must fit 64 bits as written. An unsigned one must not be
+// negative: strtoull reads "-1" as 2^64 - 1.
 inline void expect_representable_integers(const CLI::App& app) {
   for (const CLI::Option* opt : app.get_options()) {
     const std::string type = opt->get_type_name();
     if (opt->count() == 0 || type.find("INT") == std::string::npos) continue;
+    const bool is_unsigned = type.find("UINT") != std::string::npos;
     for (const std::string& s : opt->results()) {
+      const auto sign = s.find_first_not_of(" \t");
+      expect(!is_unsigned || sign == std::string::npos || s[sign] != '-', opt->get_name(), Verbatim{s},
+             "a non-negative integer");
       errno = 0;
-      if (type.find("UINT") != std::string::npos)
+      if (is_unsigned)
         (void)std::strtoull(s.c_str(), nullptr, 0);
       else
         (void)std::strtoll(s.c_str(), nullptr, 0);
       expect(errno != ERANGE, opt->get_name(), Verbatim{s}, "an integer that fits 64 bits");
     }
   }
+}
+
+// A program whose output could not be written (a full disk, a closed pipe) must not
+// report success: flushes stdout and names the failure. `cout_was_good`: std::cout's
+// state before the program ran (a caller that silenced it on purpose is not a failure).
+inline void expect_output_written(bool cout_was_good) {
+  std::cout.flush();
+  const bool ok =
+      (!cout_was_good || std::cout.good()) && std::fflush(stdout) == 0 && std::ferror(stdout) == 0;
+  expect<IoError>(ok, "stdout", "write failed", "a writable standard output (a full disk or a closed pipe?)");
 }
 }  // namespace detail
 
@@ -157,7 +177,10 @@ int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
     }
     detail::expect_finite_options(app);
     detail::expect_representable_integers(app);
-    return body();
+    const bool cout_was_good = std::cout.good();
+    const int rc = body();
+    detail::expect_output_written(cout_was_good);
+    return rc;
   } catch (...) {
     return report_exception(app.get_name());
   }

@@ -117,8 +117,11 @@ int run(Args& a) {
   const Topology topo{a.gpus, per_node};
   topo.validate(a.experts);
   const CouplingStats stats = stream_stats(a.fit, a.experts);
+  // An empty trace has nothing to fit or measure: every ratio would be 0 / 0.
+  disagmoe::expect(stats.tokens() > 0, "--fit tokens", stats.tokens(), "at least 1 token in the trace");
   const Placement placement = fit_placement(a, stats, topo);
   const RoutingTrace eval = load_trace(a.eval.empty() ? a.fit : a.eval, a.experts);
+  disagmoe::expect(eval.tokens() > 0, "--eval tokens", eval.tokens(), "at least 1 token in the trace");
   disagmoe::expect(eval.layers() == stats.layers(), "--eval layers", eval.layers(),
                    "the layers of --fit (" + std::to_string(stats.layers()) + ")");
   std::vector<std::int32_t> home;
@@ -184,7 +187,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"correlated", "multilevel", "contiguous", "random", "load-balanced", "exact"}));
   app.add_option("--exact-solver", a.exact_solver, "--method exact: milp (branch and bound) or dp (enumeration)")
       ->check(CLI::IsMember({"milp", "dp"}));
-  app.add_option("--time-limit", a.time_limit, "--method exact with milp: seconds before the best placement so far is kept");
+  app.add_option("--time-limit", a.time_limit,
+                 "--method exact with milp: seconds before the best placement so far is kept")
+      ->capture_default_str();
   app.add_flag("--shuffle", a.shuffle, "home tokens on the GPU predicted from the previous layer (token shuffling)");
   app.add_option("--shuffle-method", a.shuffle_method,
                  "--shuffle: fast (greedy + cycle repair to the optimum, default) or auction (epsilon-scaling reference)")

@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
       expect_in("--refine-evaluations", refine_evaluations, 0L, 1000000L);
       refine = refine_evaluations;
     }
+    const char* batch_name = app.count("--global-batch") ? "--global-batch" : cli::kDefaultGlobalBatch;
     if (!no_recommend) {  // before any simulation: the heaviest timeline the recommendation builds
       schedule::CostOptions baselines =
           schedule::cost_options(allocator.model().options(), allocator.model().model(), {});
@@ -190,9 +191,9 @@ int main(int argc, char** argv) {
       schedule::expect_timeline_fits(
           schedule::ChunkedOverlap::kName, allocator.model().model(), baselines,
           schedule::PolicyKnobs{}.chunks,
-          {"--global-batch", "--global-batch", "chunks of the chunked baseline (--no-recommend skips it)"});
+          {batch_name, batch_name, "chunks of the chunked baseline (--no-recommend skips it)"});
     }
-    const plan::Plan p = schedule::simulated_plan(allocator, refine, {"--global-batch", "--global-batch", "--chunks"});
+    const plan::Plan p = schedule::simulated_plan(allocator, refine, {batch_name, batch_name, "--chunks"});
     if (!svg_path.empty()) {
       std::ofstream out(svg_path);
       expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");

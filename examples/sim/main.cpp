@@ -206,10 +206,11 @@ int main(int argc, char** argv) {
     if (!plan_file.empty()) {
       plan_json = dz::io::read_json_file(plan_file);
       // The plan's micro-batch and batch, unless given here (one conversion: the step the
-      // plan predicted is the step simulated).
+      // plan predicted is the step simulated); when present, positive like the options.
       auto take = [&](const char* key, const char* option, int& value) {
         if (app.count(option) || !plan_json->is_object() || !plan_json->contains(key)) return;
         dz::io::detail::read_value(plan_json->at(key), plan_file + ":$." + key, value);
+        dz::expect_in(std::string("--plan ") + key, value, 1, std::numeric_limits<int>::max());
       };
       take("micro_batch", "--micro-batch", micro_batch);
       take("global_batch", "--global-batch", global_batch);
@@ -244,11 +245,12 @@ int main(int argc, char** argv) {
     // Every timeline's cost before any is built, named by this program's options.
     const bool batch_from_plan =
         !app.count("--global-batch") && plan_json && plan_json->is_object() && plan_json->contains("global_batch");
+    const char* batch_name = batch_from_plan               ? "--plan global_batch"
+                             : app.count("--global-batch") ? "--global-batch"
+                                                           : dz::cli::kDefaultGlobalBatch;
     for (auto n : ds::kScheduleNames)
       if (compare || n == schedule)
-        ds::expect_timeline_fits(n, m, cost, knobs.chunks,
-                                 {batch_from_plan ? "--plan global_batch" : "--global-batch", "--micro-batches",
-                                  "--chunks"});
+        ds::expect_timeline_fits(n, m, cost, knobs.chunks, {batch_name, "--micro-batches", "--chunks"});
     std::optional<ds::AfLayout> af;
     // The plan's recomputation (--plan's or the planner's), for AF-Pipe on its layout
     // only: the baselines, and a search for another A/F split, choose their own.
@@ -264,7 +266,9 @@ int main(int argc, char** argv) {
     };
     if (plan_json)  // a plan is only valid for the model, cluster and sequence length it was made for
       af = adopt(dz::plan::allocation_from_json(*plan_json, m, c, plan_file + ":$"));
-    if (groups != 0 || attention_gpus != 0 || ffn_gpus != 0) {
+    for (const char* o : {"--attention-nics", "--ffn-nics"})
+      expect_applies(app, o, app.count("--groups") > 0, "to be given only with --groups");
+    if (app.count("--groups") || app.count("--attention-gpus") || app.count("--ffn-gpus")) {
       dz::expect(groups >= 1 && attention_gpus >= 1 && ffn_gpus >= 1, "--groups", groups,
                  "--groups, --attention-gpus and --ffn-gpus all given and positive");
       dz::expect(plan_file.empty(), "--groups", groups, "either --plan or --groups, not both");

@@ -102,6 +102,13 @@ dm::ModelSpec model_spec(const Args& a) {
   set(m.sliding_window, a.sliding_window);
   set(m.first_dense_layers, a.dense_layers);
   set(m.dense_ffn, a.dense_ffn);
+  // A width for layers the model does not have would be ignored: refuse it instead.
+  if (a.dense_ffn)
+    dm::expect(m.first_dense_layers > 0, "--dense-ffn", *a.dense_ffn,
+               "given only with --dense-layers 1 or more");
+  if (a.shared_expert_ffn)
+    dm::expect(m.shared_experts > 0, "--shared-expert-ffn", *a.shared_expert_ffn,
+               "given only with --shared-experts 1 or more");
   if (m.first_dense_layers > 0 && m.dense_ffn == 0) m.dense_ffn = 4 * m.hidden;
   if (m.shared_experts > 0 && m.shared_expert_ffn == 0) m.shared_expert_ffn = m.expert_ffn;
   dm::expect(m.heads >= 1, "--heads", m.heads, "a positive integer");
@@ -732,6 +739,7 @@ int main(int argc, char** argv) {
     for (const char* o : {"--net-latency", "--timeout"})
       expect_applies(app, o, s != "colocated", "given only with --schedule afpipe, 1f1b or a2a-overlap");
     expect_applies(app, "--replace-horizon", a.d.replace_every > 0, "given only with --replace-every");
+    expect_applies(app, "--val-every", a.val_fraction > 0, "given only with --val-fraction above 0");
     expect_applies(app, "--placement-batches", a.d.placement == "correlated" || a.d.replicas > 0,
                    "given only with --placement correlated or --replicas");
     return run(a);

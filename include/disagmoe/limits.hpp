@@ -55,6 +55,7 @@ inline constexpr int kHidden = 1 << 20;
 inline constexpr int kHeads = 1 << 14;
 inline constexpr int kHeadDim = 1 << 14;
 inline constexpr int kExperts = 1 << 16;
+inline constexpr int kTopK = 256;  ///< experts per token (published models: 1-16); the cost model is O(top_k)
 inline constexpr int kFfn = 1 << 22;
 inline constexpr int kVocab = 1 << 24;
 inline constexpr int kSeqLen = 1 << 24;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The binding constraint of an allocation against an enumeration of the allocations
 // that would relieve its bottleneck.
+#include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/plan/binding.hpp>
 #include <disagmoe/plan/plan.hpp>
 #include <disagmoe/spec/presets.hpp>
@@ -115,4 +116,25 @@ TEST_CASE(
   ms.precision(3);
   ms << "A compute (" << e.attention_compute_seconds * 1e3 << " ms per micro-batch)";
   CHECK(dp::binding_constraint(model, x).text.rfind(ms.str(), 0) == 0);
+}
+
+TEST_CASE("a latency-bound plan counts the waves in flight (the ping-pong window), not the step's") {
+  // Oracle: AF-Pipe keeps at most two ping-pong groups of k·p waves alive, so the count
+  // that circulates at once is min(W, 2·min(W, k·p)) (the schedule's max_in_flight),
+  // recounted here; one-token sequences make the step latency-bound with W in the
+  // hundreds of thousands.
+  auto m = disagmoe::model_preset("deepseek-moe-16b");
+  m.seq_len = 1;
+  const dp::Plan p = dp::AdaptiveAllocator(m, disagmoe::cluster_preset("h800x128")).plan();
+  REQUIRE(p.predicted.ring_bound);
+  const int pairs = p.allocation.groups, k = p.allocation.group_factor;
+  const double waves = p.predicted.waves;
+  const double group = std::min(std::floor(waves), double(k * pairs));
+  const double in_flight = std::min(waves, 2 * group);
+  CHECK(in_flight < waves);
+  std::ostringstream s;
+  s.precision(3);  // as the explanation prints
+  s << "only " << in_flight << " of the step's " << waves << " waves of micro-batches circulate at once";
+  INFO(p.explanation());
+  CHECK(p.explanation().find(s.str()) != std::string::npos);
 }

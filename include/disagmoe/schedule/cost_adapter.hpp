@@ -353,11 +353,17 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
   detail::expect_context_parallel(cp, ga, a, "A group size");
   expect(gf <= m.experts, "ffn_gpus_per_node", f,
          "an F group size (" + std::to_string(gf) + ") of at most experts (" + std::to_string(m.experts) + ")");
-  if (c.nodes > 1)
-    expect(lay.attention_nics_per_node >= 1 && lay.ffn_nics_per_node >= 1 &&
-               lay.attention_nics_per_node + lay.ffn_nics_per_node <= c.nics_per_node,
-           "attention_nics_per_node", lay.attention_nics_per_node,
-           "at least one NIC per side and at most nics_per_node (" + std::to_string(c.nics_per_node) + ") together");
+  if (c.nodes > 1) {  // each side's count by its own name, then the sum
+    expect(lay.attention_nics_per_node >= 1, "attention_nics_per_node", lay.attention_nics_per_node,
+           "at least one NIC per side");
+    expect(lay.ffn_nics_per_node >= 1, "ffn_nics_per_node", lay.ffn_nics_per_node,
+           "at least one NIC per side");
+    expect(lay.attention_nics_per_node + lay.ffn_nics_per_node <= c.nics_per_node, "ffn_nics_per_node",
+           lay.ffn_nics_per_node,
+           "at most nics_per_node (" + std::to_string(c.nics_per_node) +
+               ") together with attention_nics_per_node (" + std::to_string(lay.attention_nics_per_node) +
+               ")");
+  }
   Problem p;
   for (int i = 0; i < pg; ++i) {
     Worker w = detail::place_group(c, i, ga, a, lay.attention_nics_per_node, o.efficiency.network);

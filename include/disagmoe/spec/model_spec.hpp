@@ -7,6 +7,7 @@
 #include <disagmoe/limits.hpp>
 #include <disagmoe/spec/dtype.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -87,8 +88,9 @@ inline void validate(const ModelSpec& m, std::string_view prefix = "ModelSpec") 
   positive("moe_layer_interval", m.moe_layer_interval);
   positive("experts", m.experts, mx::kExperts);
   non_negative("shared_experts", m.shared_experts, mx::kExperts);
-  expect(m.top_k >= 1 && m.top_k <= m.experts, p + ".top_k", m.top_k,
-         "1 <= top_k <= experts (" + std::to_string(m.experts) + ")");
+  expect(m.top_k >= 1 && m.top_k <= std::min(m.experts, mx::kTopK), p + ".top_k", m.top_k,
+         m.experts <= mx::kTopK ? "1 <= top_k <= experts (" + std::to_string(m.experts) + ")"
+                                : "1 <= top_k <= " + std::to_string(mx::kTopK));
   positive("expert_ffn", m.expert_ffn, mx::kFfn);
   if (m.shared_experts > 0) positive("shared_expert_ffn", m.shared_expert_ffn, mx::kFfn);
   else non_negative("shared_expert_ffn", m.shared_expert_ffn, mx::kFfn);
