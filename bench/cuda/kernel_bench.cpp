@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     bench::bad_argument(argv[0], "tokens x hidden", std::to_string(tokens) + " x " + std::to_string(hidden),
                         "at most 2^28 elements");
   if (cuda::device_count() == 0) {
-    std::printf("cuda_kernel_bench: skipped: no CUDA device\n");
+    std::printf("cuda_kernel_bench: skipped: no CUDA device: %s\n", cuda::no_device_reason().c_str());
     return 77;
   }
   const int experts = 64, ranks = 8, top_k = 8;

@@ -125,28 +125,33 @@ inline void expect_output_written(bool cout_was_good) {
 /// input, 3 for a bug). Shared by run_main and by programs that must act on an
 /// error before returning (disagmoe-train under MPI ends the job).
 inline int report_exception(const std::string& name) {
+  // One write per line: the ranks of an MPI job share stderr, and std::cerr (unbuffered)
+  // writes each << apart, so that piecewise lines interleaved mid-way.
+  const auto say = [](const std::string& line) { std::cerr << line << std::flush; };
+  const std::string bug = " (a bug: please report it with the command line)\n";
   try {
     throw;
   } catch (const SolverError& e) {  // the solver broke its own contract (a debug solution cut off): a bug
-    std::cerr << name << ": internal error: " << e.what() << " (a bug: please report it with the command line)\n";
+    say(name + ": internal error: " + e.what() + bug);
     return kExitInternal;
   } catch (const Error& e) {
     // Every other library error names a bad input or configuration, or an environment
     // that failed the run (a peer stopped or died: TimeoutError, MpiError; a device or
     // driver that refused: CudaError, NcclError), never a bug.
-    std::cerr << name << ": error: " << e.what() << '\n';
+    say(name + ": error: " + e.what() + "\n");
     return kExitBadInput;
   } catch (const std::bad_alloc&) {
     // Inputs are costed before allocation (limits.hpp); this is the machine having
     // less memory than the budget assumes.
-    std::cerr << name << ": error: memory = exhausted: expected an input that fits this machine's memory "
-              << "(lower the sizes, or --max-memory where the program has it)\n";
+    say(name +
+        ": error: memory = exhausted: expected an input that fits this machine's memory "
+        "(lower the sizes, or --max-memory where the program has it)\n");
     return kExitBadInput;
   } catch (const std::exception& e) {
-    std::cerr << name << ": internal error: " << e.what() << " (a bug: please report it with the command line)\n";
+    say(name + ": internal error: " + e.what() + bug);
     return kExitInternal;
   } catch (...) {
-    std::cerr << name << ": internal error: unknown exception (a bug: please report it with the command line)\n";
+    say(name + ": internal error: unknown exception" + bug);
     return kExitInternal;
   }
 }

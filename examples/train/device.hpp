@@ -35,7 +35,8 @@ inline void check_device(const std::string& device, const std::string& schedule,
   (void)schedule;
   fail("--device", device, "cpu: this build has no CUDA (configure it with the cuda preset: cmake --preset cuda)");
 #else
-  expect(cuda::device_count() > 0, "--device", device, "cpu: no CUDA device is visible");
+  expect(cuda::device_count() > 0, "--device", device,
+         "cpu: no CUDA device is visible: " + cuda::no_device_reason());
   expect(schedule == "colocated", "--schedule", schedule, "colocated with --device cuda (workers run host compute)");
 #endif
 }

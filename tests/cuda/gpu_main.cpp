@@ -9,7 +9,7 @@
 
 int main(int argc, char** argv) {
   if (disagmoe::cuda::device_count() == 0) {
-    std::printf("skipped: no CUDA device\n");
+    std::printf("skipped: no CUDA device: %s\n", disagmoe::cuda::no_device_reason().c_str());
     return 77;
   }
   doctest::Context context(argc, argv);

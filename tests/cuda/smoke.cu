@@ -17,7 +17,7 @@ int main() {
   std::printf("NCCL %d\n", disagmoe::nccl::version());
 #endif
   if (disagmoe::cuda::device_count() == 0) {
-    std::printf("cuda_smoke: skipped: no CUDA device\n");
+    std::printf("cuda_smoke: skipped: no CUDA device: %s\n", disagmoe::cuda::no_device_reason().c_str());
     return 77;
   }
   const std::int64_t n = 1 << 20;

@@ -111,10 +111,13 @@ struct Plan {
         << " between " << allocation.attention_gpus_per_node << " attention and " << allocation.ffn_gpus_per_node
         << " FFN GPUs";
     s << ")";
-    if (e.ring_bound)  // the ping-pong window bounds the waves in flight, whatever the step's count
-      s << "; only " << af_in_flight(allocation.groups, e.waves, allocation.group_factor) << " of the step's "
-        << e.waves << " waves of micro-batches circulate at once through the " << layer_groups.size()
+    if (e.ring_bound) {  // the ping-pong window bounds the waves in flight, whatever the step's count
+      const double in_flight = af_in_flight(allocation.groups, e.waves, allocation.group_factor);
+      s << "; only " << in_flight;
+      if (in_flight < e.waves) s << " of the step's " << e.waves;
+      s << " waves of micro-batches circulate at once through the " << layer_groups.size()
         << "-pair ring, too few to hide its round trip, so the step is latency-bound";
+    }
     s << ".";
     return s.str();
   }

@@ -11,7 +11,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdio>
 #include <string>
 
 namespace disagmoe {
@@ -61,21 +60,22 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
 }
 
 /// Number of visible CUDA devices; 0 when there is no driver or no device (never throws).
-/// Any reason but "no device" is printed once to stderr: a driver older than the runtime
-/// (cudaErrorInsufficientDriver) must not pass for a machine without a GPU.
 inline int device_count() noexcept {
   int n = 0;
-  const cudaError_t st = cudaGetDeviceCount(&n);
-  if (st == cudaSuccess) return n;
+  if (cudaGetDeviceCount(&n) == cudaSuccess) return n;
   (void)cudaGetLastError();
-  static const bool once = [st] {
-    if (st != cudaErrorNoDevice)
-      std::fprintf(stderr, "disagmoe: cudaGetDeviceCount = %s (%s): no usable GPU\n", cudaGetErrorName(st),
-                   cudaGetErrorString(st));
-    return true;
-  }();
-  (void)once;
   return 0;
+}
+
+/// Why device_count() is 0, for a skip or an error message: "cudaErrorNoDevice (...)", or
+/// a driver older than the runtime (cudaErrorInsufficientDriver), which must not pass
+/// for a machine without a GPU; "" when a device is visible.
+inline std::string no_device_reason() {
+  int n = 0;
+  const cudaError_t st = cudaGetDeviceCount(&n);
+  if (st == cudaSuccess) return n > 0 ? std::string() : "no device";
+  (void)cudaGetLastError();
+  return std::string(cudaGetErrorName(st)) + " (" + cudaGetErrorString(st) + ")";
 }
 
 }  // namespace disagmoe::cuda

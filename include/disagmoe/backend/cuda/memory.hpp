@@ -259,6 +259,7 @@ class DeviceBuffer {
   void assign(std::span<const E> host) {
     resize(host.size());
     if (host.empty()) return;
+    DISAGMOE_CUDA_CHECK(cudaDeviceSynchronize());  // work still reading or writing the old contents
     DISAGMOE_CUDA_CHECK(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice));
     DISAGMOE_CUDA_CHECK(cudaDeviceSynchronize());
   }

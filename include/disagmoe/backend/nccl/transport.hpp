@@ -185,16 +185,18 @@ class Transport {
   /// ncclGroupEnd; the thread's outermost one launches the groups of every transport
   /// opened since and records their completion events (see the file comment). The group
   /// is closed even on an aborted communicator (NCCL's group depth is per thread: an
-  /// unmatched ncclGroupStart would hold back every later call of the thread), and every
-  /// transport in it completed or aborted, so that its requests can be cancelled; the first
-  /// error is thrown after.
+  /// unmatched ncclGroupStart would hold back every later call of the thread), and at the
+  /// outermost end every transport in it is completed or aborted, so that its requests can
+  /// be cancelled; the first error is thrown after, there only (an inner end that threw
+  /// would keep a wrapper from closing its other lanes).
   void group_end() {
     expect(s_->depth > 0, "nccl::Transport.group_end depth", s_->depth, "> 0 (a group_begin first)");
     const ncclResult_t r = ncclGroupEnd();
     --s_->depth;
     ThreadGroups& tg = thread_groups();
     std::vector<State*> opened;
-    if (--tg.depth == 0) opened.swap(tg.open);
+    const bool outermost = --tg.depth == 0;
+    if (outermost) opened.swap(tg.open);
     if (r != ncclSuccess && r != ncclInProgress) {
       for (State* st : opened) abort(*st);  // their operations are in the failed group
       check(r, "ncclGroupEnd", __FILE__, __LINE__);
@@ -211,14 +213,15 @@ class Transport {
         if (!first) first = std::current_exception();
       }
     }
-    usable("group_end");
-    if (first) std::rethrow_exception(first);
+    if (first) std::rethrow_exception(first);  // the cause (a timeout, NCCL's detail), not "aborted"
+    if (outermost) usable("group_end");
   }
 
   /// True once `req` completed (consumed); throws NcclError naming its peer and tag on an
   /// asynchronous NCCL error.
   bool test(Request& req) {
     expect(req.group_ != nullptr, "nccl::Transport.test request", "empty", "a pending request");
+    usable(req.send_ ? "send" : "receive");  // an aborted group is never posted: say why
     expect(req.group_->posted, "nccl::Transport.test request", "inside an open group", "group_end() first");
     async_error(req);
     if (!req.group_->event.query()) return false;
@@ -239,12 +242,11 @@ class Transport {
     }
   }
   /// Consumes a completed request; aborts the communicator for a pending one (see the file
-  /// comment). Never blocks on the peer. A request of a group still open is refused (NCCL
-  /// would still launch it at the group's end, on the buffers the caller means to free).
+  /// comment), also for one of a group still open: the abort then waits for the group's
+  /// ncclGroupEnd, which NCCL needs to release its operations, and stops them right after.
+  /// Never blocks on the peer.
   void cancel(Request& req) {
     if (req.group_ == nullptr) return;
-    expect(req.group_->posted || s_->aborted, "nccl::Transport.cancel request", "inside an open group",
-           "group_end() first");
     const bool done = req.group_->posted && !s_->aborted && query_quietly(*req.group_);
     if (done) deliver(*req.group_);  // the caller may release the buffers after this
     req.group_.reset();
@@ -276,8 +278,9 @@ class Transport {
     return sub;
   }
 
-  /// Aborts the communicator now (ncclCommAbort): pending operations stop; every later
-  /// call throws. Idempotent.
+  /// Aborts the communicator (ncclCommAbort): pending operations stop; every later call
+  /// throws. Inside an open group of the thread, the ncclCommAbort itself waits for the
+  /// group's end (group_end). Idempotent.
   void abort() noexcept {
     if (s_ != nullptr) abort(*s_);
   }
@@ -338,9 +341,11 @@ class Transport {
 
   static void abort(State& s) noexcept {
     s.aborted = true;
-    // Inside an open group NCCL still holds the group's operations on this communicator:
-    // it is aborted after the group's ncclGroupEnd (group_end).
-    if (s.comm == nullptr || s.depth > 0) return;
+    // Inside an open group (its own, or another transport's that it posted into) NCCL
+    // still holds the group's operations on this communicator: it is aborted after the
+    // thread's outermost ncclGroupEnd (group_end).
+    const std::vector<State*>& open = thread_groups().open;
+    if (s.comm == nullptr || s.depth > 0 || std::ranges::find(open, &s) != open.end()) return;
     (void)ncclCommAbort(s.comm);
     s.comm = nullptr;
   }
