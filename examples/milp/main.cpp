@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(-1L, std::numeric_limits<long>::max()));
   app.add_option("--gap", gap, "relative gap at which to stop");
   app.add_option("--cut-rounds", opt.cut_rounds, "rounds of root Gomory cuts (0: none)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));  // NonNegativeNumber prints DBL_MAX in full
   using disagmoe::cli::kPath;
   app.add_option("--write-solution", write_sol, "write the solution found (`name value` lines)")->check(kPath);
   app.add_option("--check-solution", check_sol,
