@@ -223,11 +223,10 @@ int main(int argc, char** argv) {
       c.kernel_comm_sm_fraction = sm_fraction;
     }
     knobs.af_uses_sms = !rdma_m2n;
-    if (app.count("--global-batch") || global_batch != 0)
-      dz::expect_in(app.count("--global-batch") ? "--global-batch" : "--plan global_batch", global_batch, 1,
-                    std::numeric_limits<int>::max());
-    else
-      global_batch = disagmoe::plan::default_global_batch(m);
+    // A plan's batch was checked where it was read (take).
+    if (app.count("--global-batch"))
+      dz::expect_in("--global-batch", global_batch, 1, std::numeric_limits<int>::max());
+    if (global_batch == 0) global_batch = disagmoe::plan::default_global_batch(m);
     dz::expect_in("--micro-batches", micro_batches, 0, std::numeric_limits<int>::max());
     dz::expect_in("--stages", stages, 0, c.gpus());
     if (app.count("--virtual-stages")) dz::expect_in("--virtual-stages", knobs.virtual_stages, 1, m.layers);

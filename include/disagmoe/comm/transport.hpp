@@ -114,13 +114,11 @@ class GroupGuard {
   GroupGuard(const GroupGuard&) = delete;
   GroupGuard& operator=(const GroupGuard&) = delete;
   ~GroupGuard() noexcept(false) {
-    if (std::uncaught_exceptions() == unwinding_) {
-      t_.group_end();
-      return;
-    }
     try {
       t_.group_end();
-    } catch (...) {  // the exception in flight is the one to report
+    } catch (...) {
+      if (std::uncaught_exceptions() == unwinding_)
+        throw;  // else the exception in flight is the one to report
     }
   }
 
