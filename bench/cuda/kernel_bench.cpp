@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CUDA token kernels on one MoE layer's dispatch (default: 16384 tokens x 4096 hidden,
 // bf16, top-8 of 64 experts on 8 F-ranks, uniform routing), each timed with CUDA events
-// against a device-to-device cudaMemcpyAsync of the same bytes in the same run: the
-// rows the kernel reads. Routing arrays are on the device (the kernels alone are timed).
-// Prints a table last; exits 77 without a GPU. Used by scripts/gpu-check.
+// against a device-to-device cudaMemcpyAsync of the rows the kernel reads, in the same
+// run. "of copy BW" is the kernel's bytes moved (rows read + rows written) per second
+// over the copy's (read + written); the rows a kernel writes may be fewer than it reads.
+// Routing arrays are on the device (the kernels alone are timed). Prints a table last;
+// exits 77 without a GPU. Used by scripts/gpu-check.
 //   cuda_kernel_bench [tokens] [hidden] [iterations]
 #include <disagmoe/backend/cuda/backend.hpp>
 #include <disagmoe/comm/layout.hpp>
@@ -57,7 +59,7 @@ double time_ms(cudaStream_t s, int iters, const std::function<void()>& f) {
 
 struct Row {
   std::string kernel;
-  double mb, kernel_ms, copy_ms;
+  double read_mb, written_mb, kernel_ms, copy_ms;
 };
 
 }  // namespace
@@ -154,26 +156,28 @@ int main(int argc, char** argv) {
   };
   const double row_mb = static_cast<double>(hidden * sizeof(bf16)) / 1e6;
   std::vector<Row> table;
-  auto add = [&](const std::string& name, std::size_t read_rows, const std::function<void()>& f) {
+  auto add = [&](const std::string& name, std::size_t read_rows, std::size_t written_rows,
+                 const std::function<void()>& f) {
     const double k = time_ms(cs_, iters, f);
-    table.push_back({name, static_cast<double>(read_rows) * row_mb, k, copy(read_rows * hidden * sizeof(bf16))});
+    table.push_back({name, static_cast<double>(read_rows) * row_mb,
+                     static_cast<double>(written_rows) * row_mb, k, copy(read_rows * hidden * sizeof(bf16))});
   };
-  add("gather_rows (send-once permute)", rows, [&] {
+  add("gather_rows (send-once permute)", rows, rows, [&] {
     b.gather_rows<bf16>(s, cs(d_src), hidden, cs(d_row_token), std::span<bf16>(d_out.data(), rows * hidden));
   });
-  add("combine_rows (A-rank, unweighted)", rows, [&] {
+  add("combine_rows (A-rank, unweighted)", rows, tokens, [&] {
     b.combine_rows<bf16, float>(s, cs(d_src), hidden, cs(d_tok_off), cs(d_tok_rows), {},
                                 std::span<bf16>(d_out.data(), tokens * hidden));
   });
-  add("combine_rows (F-rank 0, gate-weighted)", slots, [&] {
+  add("combine_rows (F-rank 0, gate-weighted)", slots, r0, [&] {
     b.combine_rows<bf16, float>(s, cs(d_src), hidden, cs(d_seg), cs(d_pos), cs(d_rgate),
                                 std::span<bf16>(d_out.data(), r0 * hidden));
   });
-  add("gather_rows_scaled (F-rank 0 fan-out)", slots, [&] {
+  add("gather_rows_scaled (F-rank 0 fan-out)", slots, slots, [&] {
     b.gather_rows_scaled<bf16, float>(s, cs(d_src), hidden, cs(d_erow), cs(d_egate),
                                       std::span<bf16>(d_out.data(), slots * hidden));
   });
-  add("gate_gradients (F-rank 0, dL/dgate)", 2 * slots, [&] {
+  add("gate_gradients (F-rank 0, dL/dgate)", 2 * slots, 0, [&] {
     b.gate_gradients<bf16>(s, cs(d_src), cs(d_src), hidden, cs(d_seg), cs(d_pos), cs(d_slot), top_k, ms(d_gates));
   });
   const double layout_ms = time_ms(cs_, iters, [&] {
@@ -187,10 +191,14 @@ int main(int argc, char** argv) {
   std::printf("\n%s: %zu tokens x %zu hidden bf16, top-%d of %d experts on %d ranks; %zu send-once rows, "
               "%zu slots on F-rank 0; %d iterations\n",
               prop.name, tokens, hidden, top_k, experts, ranks, rows, slots, iters);
-  std::printf("%-40s %10s %10s %10s %8s\n", "kernel", "rows MB", "kernel ms", "D2D ms", "ratio");
-  for (const auto& r : table)
-    std::printf("%-40s %10.1f %10.3f %10.3f %8.2f\n", r.kernel.c_str(), r.mb, r.kernel_ms, r.copy_ms,
-                r.copy_ms > 0 ? r.kernel_ms / r.copy_ms : 0.0);
-  std::printf("%-40s %10s %10.3f %10s %8s\n", "send_once_layout (ids -> rows)", "-", layout_ms, "-", "-");
+  std::printf("%-40s %8s %8s %10s %10s %12s\n", "kernel", "read MB", "write MB", "kernel ms", "D2D ms",
+              "of copy BW");
+  for (const auto& r : table) {
+    const double kernel_bw = (r.read_mb + r.written_mb) / r.kernel_ms, copy_bw = 2 * r.read_mb / r.copy_ms;
+    std::printf("%-40s %8.1f %8.1f %10.3f %10.3f %11.0f%%\n", r.kernel.c_str(), r.read_mb, r.written_mb,
+                r.kernel_ms, r.copy_ms, 100 * kernel_bw / copy_bw);
+  }
+  std::printf("%-40s %8s %8s %10.3f %10s %12s\n", "send_once_layout (ids -> rows)", "-", "-", layout_ms, "-",
+              "-");
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -161,11 +162,26 @@ TEST_CASE("host::Backend kernels on a threaded stream equal the kernels called d
   }
 }
 
-TEST_CASE("gate_gradients: one dot product per term, in its slot, against a naive loop") {
+namespace {
+/// row_dot's documented order written independently: lane sums by a column scan, then
+/// the butterfly as a recursion (lanes l and l + 16 meet first, evens and odds last).
+float dot_by_lanes(const float* a, const float* b, std::size_t width) {
+  float lane[32] = {};
+  for (std::size_t c = 0; c < width; ++c) lane[(c / 8) % 32] += a[c] * b[c];
+  auto tree = [&](auto&& self, int l, int step) -> float {
+    return step == 32 ? lane[l] : self(self, l, 2 * step) + self(self, l + step, 2 * step);
+  };
+  return tree(tree, 0, 1);
+}
+}  // namespace
+
+TEST_CASE("gate_gradients: one dot product per term, in its slot, against an independent loop and fp64") {
   for (std::uint64_t seed = 1; seed <= 20; ++seed) {
     INFO("seed = " << seed);
     std::mt19937_64 rng(seed);
-    const std::size_t rows = rng() % 20, width = 1 + rng() % 9, k = 1 + rng() % 4, out_rows = 1 + rng() % 30;
+    // Widths past 32 lanes x 8 columns, so lanes wrap around.
+    const std::size_t rows = rng() % 20, width = 1 + rng() % 700, k = 1 + rng() % 4,
+                      out_rows = 1 + rng() % 30;
     std::vector<float> outputs(out_rows * width), grad(rows * width);
     for (auto& x : outputs) x = std::uniform_real_distribution<float>(-1, 1)(rng);
     for (auto& x : grad) x = std::uniform_real_distribution<float>(-1, 1)(rng);
@@ -186,9 +202,18 @@ TEST_CASE("gate_gradients: one dot product per term, in its slot, against a naiv
     host::gate_gradients<float>(outputs, grad, width, seg, pos, slot, k, got);
     for (std::size_t r = 0; r < rows; ++r)
       for (auto q = static_cast<std::size_t>(seg[r]); q < static_cast<std::size_t>(seg[r + 1]); ++q) {
-        float acc = 0;
-        for (std::size_t c = 0; c < width; ++c) acc += outputs[static_cast<std::size_t>(pos[q]) * width + c] * grad[r * width + c];
-        want[r * k + static_cast<std::size_t>(slot[q])] = acc;
+        const float* a = outputs.data() + static_cast<std::size_t>(pos[q]) * width;
+        const float* b = grad.data() + r * width;
+        const auto e = r * k + static_cast<std::size_t>(slot[q]);
+        want[e] = dot_by_lanes(a, b, width);
+        // fp64 oracle: any summation order of n products of [-1, 1] floats errs by at most
+        // about n * 2^-24 * sum |a_c b_c| (Higham, Accuracy and Stability, 3.1).
+        double exact = 0, magnitude = 0;
+        for (std::size_t c = 0; c < width; ++c) {
+          exact += double(a[c]) * b[c];
+          magnitude += std::fabs(double(a[c]) * b[c]);
+        }
+        CHECK(std::fabs(got[e] - exact) <= double(width + 1) * std::ldexp(1.0, -24) * magnitude);
       }
     CHECK(got == want);  // exact: the same products summed in the same order
   }

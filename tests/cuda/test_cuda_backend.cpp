@@ -100,7 +100,12 @@ void check_fp32(const test::KernelCase& c, bool staged) {
 TEST_CASE("fp32 kernels equal the host kernels bit for bit, routing staged from the host or on the device") {
   for (std::uint64_t seed = 1; seed <= 24; ++seed) {
     INFO("seed = " << seed);
-    const std::size_t width = seed % 2 == 0 ? 8 * (1 + seed % 6) : 0;
+    // Narrow and wide rows (the dot product's 32 lanes x 8 columns wrap past 256), packed
+    // (multiples of 8) and not.
+    const std::size_t width = seed % 4 == 0   ? 8 * (30 + seed)
+                              : seed % 4 == 2 ? 8 * (1 + seed % 6)
+                              : seed % 4 == 3 ? 257 + seed
+                                              : 0;
     const auto c = test::make_case(seed, seed % 8 == 0 ? 0 : 1 + seed % 60, width);
     for (bool staged : {true, false}) {
       INFO("staged = " << staged);
@@ -112,7 +117,10 @@ TEST_CASE("fp32 kernels equal the host kernels bit for bit, routing staged from 
 TEST_CASE("bf16 kernels: permutations bitwise, arithmetic within bf16 rounding of the fp32 host result") {
   for (std::uint64_t seed = 1; seed <= 16; ++seed) {
     INFO("seed = " << seed);
-    const auto c = test::make_case(seed, seed % 5 == 0 ? 0 : 1 + seed % 50, seed % 2 == 0 ? 64 : 0, true);
+    const std::size_t width = seed % 4 == 0   ? 4096
+                              : seed % 2 == 0 ? 64
+                                              : 0;  // 4096: lanes wrap, packed loads
+    const auto c = test::make_case(seed, seed % 5 == 0 ? 0 : 1 + seed % 50, width, true);
     cuda::Backend b;
     auto s = b.comm_stream();
     const auto src16 = to_bf16(c.src), grad16 = to_bf16(c.grad);

@@ -17,15 +17,16 @@ using namespace disagmoe;
 
 namespace {
 
-template <class T, int P>
+/// The combine as the kernel runs it: U packs per call, strided by ceil(packs / U) packs.
+template <class T, int P, int U = 1, bool full = false>
 std::vector<T> combine_by_packs(const std::vector<T>& src, const test::KernelCase& c, bool weighted) {
   std::vector<T> out(c.rows * c.width);
+  const std::size_t per_row = (c.width / P + U - 1) / U;
   for (std::size_t r = 0; r < c.rows; ++r)
-    for (std::size_t col = 0; col < c.width; col += P) {
-      const auto p = cuda::combine_pack<T, P>(src.data(), c.width, c.seg.data(), c.idx.data(),
-                                              weighted ? c.w.data() : nullptr, r, col);
-      std::memcpy(out.data() + r * c.width + col, p.v, sizeof(p.v));
-    }
+    for (std::size_t j = 0; j < per_row; ++j)
+      cuda::combine_packs<T, P, U, full>(src.data(), c.width, c.seg.data(), c.idx.data(),
+                                         weighted ? c.w.data() : nullptr, r, j * P, per_row * P,
+                                         out.data() + r * c.width);
   return out;
 }
 
@@ -52,7 +53,13 @@ TEST_CASE("row_math combine equals host::combine_rows bit for bit (fp32, packed 
       host::combine_rows<float, float>(c.src, c.width, c.seg, c.idx, weighted ? std::span<const float>(c.w)
                                                                               : std::span<const float>{}, expect);
       CHECK(same_bits(combine_by_packs<float, 1>(c.src, c, weighted), expect));
-      if (c.width % 4 == 0) CHECK(same_bits(combine_by_packs<float, 4>(c.src, c, weighted), expect));
+      if (c.width % 4 == 0) {
+        CHECK(same_bits(combine_by_packs<float, 4>(c.src, c, weighted), expect));
+        CHECK(same_bits(combine_by_packs<float, 4, 3>(c.src, c, weighted), expect));  // packs % 3 != 0 too
+        CHECK(same_bits(combine_by_packs<float, 4, 4>(c.src, c, weighted), expect));
+        if (c.width / 4 % 2 == 0)
+          CHECK(same_bits(combine_by_packs<float, 4, 2, true>(c.src, c, weighted), expect));
+      }
     }
   }
 }
@@ -68,14 +75,37 @@ TEST_CASE("row_math scaled gather and gate gradients equal the host kernels bit 
         got[i * c.width + col] =
             cuda::scaled_pack<float, 1>(c.src.data(), c.width, c.index.data(), c.scale.data(), i, col).v[0];
     CHECK(same_bits(got, expect));
+  }
+}
 
-    std::vector<float> g_expect(c.rows * c.top_k), g_got(g_expect.size());
+TEST_CASE("row_math gate gradients equal host::gate_gradients bit for bit (fp32), by lanes and packed") {
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    INFO("seed = " << seed);
+    // Widths past 32 lanes x 8 columns (lanes wrap), some multiples of 8 (the packed loads).
+    const std::size_t width = seed % 2 == 0 ? 8 * (1 + seed * 7 % 90) : 1 + seed * 37 % 700;
+    const auto c = test::make_case(seed, seed % 9 == 0 ? 0 : 1 + seed % 12, width);
+    std::vector<float> g_expect(c.rows * c.top_k), serial(g_expect.size()), lanes(g_expect.size());
     host::gate_gradients<float>(c.src, c.grad, c.width, c.seg, c.idx, c.slot, c.top_k, g_expect);
     for (std::size_t r = 0; r < c.rows; ++r)
-      for (std::size_t s = 0; s < c.top_k; ++s)
-        g_got[r * c.top_k + s] = cuda::gate_gradient<float>(c.src.data(), c.grad.data(), c.width, c.seg.data(),
-                                                            c.idx.data(), c.slot.data(), r, static_cast<std::int32_t>(s));
-    CHECK(same_bits(g_got, g_expect));
+      for (std::size_t s = 0; s < c.top_k; ++s) {
+        const auto e = r * c.top_k + s;
+        serial[e] = cuda::gate_gradient<float>(c.src.data(), c.grad.data(), c.width, c.seg.data(),
+                                               c.idx.data(), c.slot.data(), r, static_cast<std::int32_t>(s));
+        // The warp kernel's split: one partial per lane (packed loads where the kernel uses
+        // them), then the tree.
+        const auto q = cuda::gate_term(c.seg.data(), c.slot.data(), r, static_cast<std::int32_t>(s));
+        if (q < 0) continue;
+        const float* a =
+            c.src.data() + static_cast<std::size_t>(c.idx[static_cast<std::size_t>(q)]) * c.width;
+        const float* b = c.grad.data() + r * c.width;
+        float partial[cuda::kDotLanes];
+        for (int l = 0; l < cuda::kDotLanes; ++l)
+          partial[l] = c.width % cuda::kDotChunk == 0 ? cuda::row_dot_partial<float, true>(a, b, c.width, l)
+                                                      : cuda::row_dot_partial<float, false>(a, b, c.width, l);
+        lanes[e] = cuda::row_dot_tree(partial);
+      }
+    CHECK(same_bits(serial, g_expect));
+    CHECK(same_bits(lanes, g_expect));
   }
 }
 

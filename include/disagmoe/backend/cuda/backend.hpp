@@ -129,7 +129,7 @@ class Backend {
     Staged st(*this, s);
     launch::gather_rows_scaled<T>(s.get(), src.data(), width, st.up(index), st.up(scale), index.size(), dst.data());
   }
-  /// The gate-weighted combine of row_math.hpp combine_pack (host::combine_rows' order;
+  /// The gate-weighted combine of row_math.hpp combine_packs (host::combine_rows' order;
   /// `w` empty: unweighted). seg.size() == out rows + 1. Enqueued on `s`.
   template <class T, class W>
   void combine_rows(Stream& s, std::span<const T> src, std::size_t width, std::span<const std::int64_t> seg,

@@ -29,15 +29,15 @@ template <class T>
 void gather_rows_scaled(cudaStream_t stream, const T* src, std::size_t width, const std::int64_t* index,
                         const float* scale, std::size_t rows, T* dst);
 
-/// Output row r (r < rows) = the weighted combine of row_math.hpp combine_pack over
+/// Output row r (r < rows) = the weighted combine of row_math.hpp combine_packs over
 /// q in [seg[r], seg[r+1]); `w` may be null (unweighted). O(seg[rows] * width).
 template <class T>
 void combine_rows(cudaStream_t stream, const T* src, std::size_t width, const std::int64_t* seg, std::size_t rows,
                   const std::int64_t* idx, const float* w, T* out);
 
 /// out[r * top_k + s] = row_math.hpp gate_gradient(r, s) for r < rows, s < top_k: one
-/// thread per entry, each a serial fp32 dot of `width` (the contract's order).
-/// O(rows * top_k * width) work, O(width) depth.
+/// warp per entry, its lanes summing row_dot's partials with coalesced loads, then its
+/// butterfly. O(rows * top_k * width) work, O(width / 32) depth.
 template <class T>
 void gate_gradients(cudaStream_t stream, const T* outputs, const T* grad, std::size_t width, const std::int64_t* seg,
                     std::size_t rows, const std::int64_t* pos, const std::int32_t* slot, std::size_t top_k,

@@ -66,27 +66,39 @@ struct alignas(sizeof(T) * P) Pack {
   T v[P];
 };
 
-/// Columns [c, c + P) of row `r` of the un-permute with weighted combine (the contract of
-/// host::combine_rows): acc = t_q0 + t_q1 + ... left to right over q in [seg[r], seg[r+1]),
-/// t_q = w[q] * src[idx[q]][c] (src[idx[q]][c] when `w` is null); an empty segment gives
-/// zeros. `c` is a multiple of P; the row pointers are P-aligned. O((seg[r+1]-seg[r]) * P).
-template <class T, int P>
-DISAGMOE_HOST_DEVICE inline Pack<T, P> combine_pack(const T* src, std::size_t width, const std::int64_t* seg,
-                                                    const std::int64_t* idx, const float* w, std::size_t r,
-                                                    std::size_t c) {
-  float acc[P];
-  for (int i = 0; i < P; ++i) acc[i] = 0.0f;
+/// Packs u < U at columns c + u * stride (those that start below `width`) of row `r` of
+/// the un-permute with weighted combine (the contract of host::combine_rows): acc = t_q0 +
+/// t_q1 + ... left to right over q in [seg[r], seg[r+1]), t_q = w[q] * src[idx[q]][col]
+/// (src[idx[q]][col] when `w` is null); an empty segment gives zeros. Writes them to
+/// `out_row` (row r of the output). U > 1 puts U independent loads in flight per term;
+/// `full` says every pack starts below `width` (no guard on the loads, which lets them
+/// issue together). `c` and `stride` are multiples of P; the row pointers are P-aligned.
+/// O((seg[r+1]-seg[r]) * U * P).
+template <class T, int P, int U = 1, bool full = false>
+DISAGMOE_HOST_DEVICE inline void combine_packs(const T* src, std::size_t width, const std::int64_t* seg,
+                                               const std::int64_t* idx, const float* w, std::size_t r,
+                                               std::size_t c, std::size_t stride, T* out_row) {
+  float acc[U][P];
+  for (int u = 0; u < U; ++u)
+    for (int i = 0; i < P; ++i) acc[u][i] = 0.0f;
   const std::int64_t q0 = seg[r], q1 = seg[r + 1];
   for (std::int64_t q = q0; q < q1; ++q) {
-    const auto in = *reinterpret_cast<const Pack<T, P>*>(src + static_cast<std::size_t>(idx[q]) * width + c);
-    for (int i = 0; i < P; ++i) {
-      const float t = w != nullptr ? mul_rn(w[q], to_float(in.v[i])) : to_float(in.v[i]);
-      acc[i] = q == q0 ? t : add_rn(acc[i], t);  // the first term is taken as is (no 0 + t)
-    }
+    const T* row = src + static_cast<std::size_t>(idx[q]) * width;
+    Pack<T, P> in[U]{};
+    for (int u = 0; u < U; ++u)
+      if (full || c + u * stride < width) in[u] = *reinterpret_cast<const Pack<T, P>*>(row + c + u * stride);
+    for (int u = 0; u < U; ++u)
+      for (int i = 0; i < P; ++i) {
+        const float t = w != nullptr ? mul_rn(w[q], to_float(in[u].v[i])) : to_float(in[u].v[i]);
+        acc[u][i] = q == q0 ? t : add_rn(acc[u][i], t);  // the first term is taken as is (no 0 + t)
+      }
   }
-  Pack<T, P> out;
-  for (int i = 0; i < P; ++i) out.v[i] = from_float<T>(acc[i]);
-  return out;
+  for (int u = 0; u < U; ++u) {
+    if (!full && c + u * stride >= width) continue;
+    Pack<T, P> o;
+    for (int i = 0; i < P; ++i) o.v[i] = from_float<T>(acc[u][i]);
+    *reinterpret_cast<Pack<T, P>*>(out_row + c + u * stride) = o;
+  }
 }
 
 /// Columns [c, c + P) of row i of the scaled gather: scale[i] * src[index[i]][c].
@@ -99,24 +111,69 @@ DISAGMOE_HOST_DEVICE inline Pack<T, P> scaled_pack(const T* src, std::size_t wid
   return out;
 }
 
-/// dL/dgate of one term: sum over c ascending of a[c] * b[c] (host::row_dot's order), in
-/// fp32. O(width).
-template <class T>
-DISAGMOE_HOST_DEVICE inline float row_dot(const T* a, const T* b, std::size_t width) {
+/// The dL/dgate dot product's summation order (host::row_dot's): column c goes to lane
+/// (c / kDotChunk) % kDotLanes, each lane sums its columns in ascending order, and the
+/// lanes' partials meet in a butterfly (row_dot_tree). A warp computes it with one lane
+/// per partial and coalesced 16-byte loads; any launch gives the same bits.
+inline constexpr int kDotLanes = 32;
+inline constexpr std::size_t kDotChunk = 8;
+
+/// Lane `lane`'s partial of row_dot(a, b, width) in fp32. `packed`: the rows are 16-byte
+/// aligned and width is a multiple of kDotChunk (16-byte loads). O(width / kDotLanes).
+template <class T, bool packed = false>
+DISAGMOE_HOST_DEVICE inline float row_dot_partial(const T* a, const T* b, std::size_t width, int lane) {
   float acc = 0.0f;
-  for (std::size_t c = 0; c < width; ++c) acc = add_rn(acc, mul_rn(to_float(a[c]), to_float(b[c])));
+  for (std::size_t c0 = static_cast<std::size_t>(lane) * kDotChunk; c0 < width; c0 += kDotLanes * kDotChunk) {
+    if constexpr (packed) {
+      constexpr int P = 16 / sizeof(T);
+      for (std::size_t p = 0; p < kDotChunk; p += P) {
+        const auto x = *reinterpret_cast<const Pack<T, P>*>(a + c0 + p);
+        const auto y = *reinterpret_cast<const Pack<T, P>*>(b + c0 + p);
+        for (int i = 0; i < P; ++i) acc = add_rn(acc, mul_rn(to_float(x.v[i]), to_float(y.v[i])));
+      }
+    } else {
+      const std::size_t end = c0 + kDotChunk < width ? c0 + kDotChunk : width;
+      for (std::size_t c = c0; c < end; ++c) acc = add_rn(acc, mul_rn(to_float(a[c]), to_float(b[c])));
+    }
+  }
   return acc;
 }
 
+/// The lanes' partials summed as a butterfly: for h = 16, 8, 4, 2, 1, partial[l] +=
+/// partial[l ^ h] (what a warp's xor shuffles give; fp32 addition commutes, so every lane
+/// ends with the same value). Overwrites `partial`; returns the total.
+DISAGMOE_HOST_DEVICE inline float row_dot_tree(float* partial) {
+  for (int h = kDotLanes / 2; h >= 1; h /= 2)
+    for (int l = 0; l < h; ++l) partial[l] = add_rn(partial[l], partial[l + h]);
+  return partial[0];
+}
+
+/// dL/dgate of one term: the dot product of two rows in fp32, in the order above
+/// (serially: the host's reference of the warp kernel). O(width).
+template <class T>
+DISAGMOE_HOST_DEVICE inline float row_dot(const T* a, const T* b, std::size_t width) {
+  float partial[kDotLanes];
+  for (int l = 0; l < kDotLanes; ++l) partial[l] = row_dot_partial<T>(a, b, width, l);
+  return row_dot_tree(partial);
+}
+
+/// The last term q of row r with slot[q] == s (-1 when none): the term whose dot product
+/// is entry (r, s) of the dL/dgate reduction.
+DISAGMOE_HOST_DEVICE inline std::int64_t gate_term(const std::int64_t* seg, const std::int32_t* slot,
+                                                   std::size_t r, std::int32_t s) {
+  for (std::int64_t q = seg[r + 1] - 1; q >= seg[r]; --q)
+    if (slot[q] == s) return q;
+  return -1;
+}
+
 /// Entry (r, s) of the dL/dgate reduction (host::gate_gradients): row_dot(outputs row
-/// pos[q], grad row r) for the last term q of row r with slot[q] == s, else 0.
+/// pos[q], grad row r) for q = gate_term(r, s), else 0.
 template <class T>
 DISAGMOE_HOST_DEVICE inline float gate_gradient(const T* outputs, const T* grad, std::size_t width,
                                                 const std::int64_t* seg, const std::int64_t* pos,
                                                 const std::int32_t* slot, std::size_t r, std::int32_t s) {
-  for (std::int64_t q = seg[r + 1] - 1; q >= seg[r]; --q)
-    if (slot[q] == s) return row_dot(outputs + static_cast<std::size_t>(pos[q]) * width, grad + r * width, width);
-  return 0.0f;
+  const std::int64_t q = gate_term(seg, slot, r, s);
+  return q < 0 ? 0.0f : row_dot(outputs + static_cast<std::size_t>(pos[q]) * width, grad + r * width, width);
 }
 
 }  // namespace disagmoe::cuda

@@ -71,27 +71,41 @@ __global__ void scaled_rows(const T* __restrict__ src, std::size_t width, const 
   }
 }
 
-template <class T, int P>
+/// Thread g of row r writes packs j, j + J, ..., j + (U-1)J of the row (J = ceil(packs /
+/// U), j = g mod J): neighbours stay on neighbouring packs, and each thread reads its
+/// row's terms once for U independent loads.
+template <class T, int P, int U, bool full>
 __global__ void combine(const T* __restrict__ src, std::size_t width, const std::int64_t* __restrict__ seg,
-                        const std::int64_t* __restrict__ idx, const float* __restrict__ w, std::size_t total,
-                        T* __restrict__ out) {
-  const std::size_t packs = width / P;
+                        const std::int64_t* __restrict__ idx, const float* __restrict__ w,
+                        std::size_t per_row, std::size_t total, T* __restrict__ out) {
   for (std::size_t g = blockIdx.x * std::size_t{kThreads} + threadIdx.x; g < total;
        g += std::size_t{gridDim.x} * kThreads) {
-    const std::size_t r = g / packs, c = (g - r * packs) * P;
-    *reinterpret_cast<Pack<T, P>*>(out + r * width + c) = combine_pack<T, P>(src, width, seg, idx, w, r, c);
+    const std::size_t r = g / per_row, j = g - r * per_row;
+    combine_packs<T, P, U, full>(src, width, seg, idx, w, r, j * P, per_row * P, out + r * width);
   }
 }
 
-template <class T>
+/// One warp per entry (r, s): the lanes load the two rows' 16-byte chunks side by side
+/// (row_dot_partial), then meet in the butterfly of row_dot_tree through xor shuffles (lane
+/// 0 ends with partial[0] of the tree: lane l < h adds lane l + h, as there).
+template <class T, bool packed>
 __global__ void gate_grad(const T* __restrict__ outputs, const T* __restrict__ grad, std::size_t width,
                           const std::int64_t* __restrict__ seg, const std::int64_t* __restrict__ pos,
                           const std::int32_t* __restrict__ slot, std::size_t top_k, std::size_t total,
                           float* __restrict__ out) {
-  for (std::size_t g = blockIdx.x * std::size_t{kThreads} + threadIdx.x; g < total;
-       g += std::size_t{gridDim.x} * kThreads) {
+  constexpr unsigned kWarps = kThreads / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for (std::size_t g = blockIdx.x * std::size_t{kWarps} + threadIdx.x / 32; g < total;
+       g += std::size_t{gridDim.x} * kWarps) {
     const std::size_t r = g / top_k;
-    out[g] = gate_gradient<T>(outputs, grad, width, seg, pos, slot, r, static_cast<std::int32_t>(g - r * top_k));
+    const std::int64_t q = gate_term(seg, slot, r, static_cast<std::int32_t>(g - r * top_k));
+    float v = 0.0f;
+    if (q >= 0) {  // uniform across the warp
+      v = row_dot_partial<T, packed>(outputs + static_cast<std::size_t>(pos[q]) * width, grad + r * width,
+                                     width, lane);
+      for (int h = kDotLanes / 2; h >= 1; h /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, h));
+    }
+    if (lane == 0) out[g] = v;
   }
 }
 
@@ -246,15 +260,22 @@ template <class T>
 void combine_rows(cudaStream_t stream, const T* src, std::size_t width, const std::int64_t* seg, std::size_t rows,
                   const std::int64_t* idx, const float* w, T* out) {
   if (rows == 0 || width == 0) return;
-  constexpr int kP = 16 / sizeof(T);
+  // Two packs per thread, unguarded where the packs split evenly: measured fastest of the
+  // variants in bench/RESULTS.md (session 21) on an H200.
+  constexpr int kP = 16 / sizeof(T), kU = 2;
   if (width % kP == 0 && kernels::aligned(src, 16) && kernels::aligned(out, 16)) {
-    const std::size_t total = rows * (width / kP);
-    kernels::combine<T, kP><<<kernels::blocks_for(total), kernels::kThreads, 0, stream>>>(src, width, seg, idx, w,
-                                                                                         total, out);
+    const std::size_t per_row = (width / kP + kU - 1) / kU, total = rows * per_row;
+    const unsigned blocks = kernels::blocks_for(total);
+    if ((width / kP) % kU == 0)
+      kernels::combine<T, kP, kU, true>
+          <<<blocks, kernels::kThreads, 0, stream>>>(src, width, seg, idx, w, per_row, total, out);
+    else
+      kernels::combine<T, kP, kU, false>
+          <<<blocks, kernels::kThreads, 0, stream>>>(src, width, seg, idx, w, per_row, total, out);
   } else {
     const std::size_t total = rows * width;
-    kernels::combine<T, 1><<<kernels::blocks_for(total), kernels::kThreads, 0, stream>>>(src, width, seg, idx, w,
-                                                                                        total, out);
+    kernels::combine<T, 1, 1, true><<<kernels::blocks_for(total), kernels::kThreads, 0, stream>>>(
+        src, width, seg, idx, w, width, total, out);
   }
   DISAGMOE_CUDA_CHECK_LAUNCH();
 }
@@ -265,8 +286,17 @@ void gate_gradients(cudaStream_t stream, const T* outputs, const T* grad, std::s
                     float* out) {
   const std::size_t total = rows * top_k;
   if (total == 0) return;
-  kernels::gate_grad<T><<<kernels::blocks_for(total), kernels::kThreads, 0, stream>>>(outputs, grad, width, seg, pos,
-                                                                                     slot, top_k, total, out);
+  // One warp per entry: blocks_for counts threads, so ask for 32 per entry (capped).
+  const unsigned blocks =
+      kernels::blocks_for(std::min(total, kernels::kMaxBlocks * kernels::kThreads / 32) * 32);
+  const bool packed = width % kDotChunk == 0 && (width * sizeof(T)) % 16 == 0 &&
+                      kernels::aligned(outputs, 16) && kernels::aligned(grad, 16);
+  if (packed)
+    kernels::gate_grad<T, true>
+        <<<blocks, kernels::kThreads, 0, stream>>>(outputs, grad, width, seg, pos, slot, top_k, total, out);
+  else
+    kernels::gate_grad<T, false>
+        <<<blocks, kernels::kThreads, 0, stream>>>(outputs, grad, width, seg, pos, slot, top_k, total, out);
   DISAGMOE_CUDA_CHECK_LAUNCH();
 }
 

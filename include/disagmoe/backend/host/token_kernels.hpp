@@ -14,6 +14,7 @@
 #include <disagmoe/error.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -206,12 +207,21 @@ void combine_rows(std::span<const T> src, std::size_t width, std::span<const std
   });
 }
 
-/// Dot product of two rows summed left to right in T (the gate-gradient kernel).
+/// Dot product of two rows in T (the gate-gradient kernel), in the order a GPU warp sums
+/// it with coalesced loads, so that the CUDA kernel equals this one bit for bit: column c
+/// goes to lane (c / 8) % 32, each lane sums its columns in ascending order, then for
+/// h = 16, 8, 4, 2, 1 lane l < h adds lane l + h (a butterfly). O(width).
 template <class T>
 T row_dot(const T* a, const T* b, std::size_t width) {
-  T acc{};
-  for (std::size_t c = 0; c < width; ++c) acc += a[c] * b[c];
-  return acc;
+  constexpr std::size_t lanes = 32, chunk = 8;
+  std::array<T, lanes> partial{};
+  for (std::size_t c0 = 0; c0 < width; c0 += chunk) {
+    T& acc = partial[(c0 / chunk) % lanes];
+    for (std::size_t c = c0; c < std::min(c0 + chunk, width); ++c) acc += a[c] * b[c];
+  }
+  for (std::size_t h = lanes / 2; h >= 1; h /= 2)
+    for (std::size_t l = 0; l < h; ++l) partial[l] += partial[l + h];
+  return partial[0];
 }
 
 /// The dL/dgate reduction of a combined row: for every row r and term q in
