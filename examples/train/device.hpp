@@ -3,8 +3,8 @@
 // model::ReferenceExperts; cuda: cuda::Attention and cuda::Experts (cuBLAS + kernels), in
 // a build of the cuda preset with a visible GPU, their GEMMs in --precision (fp32, or
 // bf16 operands with fp32 accumulation). The embedding and the optimizer stay on the
-// host, which owns the fp32 master weights; worker schedules still run the host
-// compute (colocated only for now).
+// host, which owns the fp32 master weights. Worker schedules on loopback threads run the
+// same computes, every worker on the one GPU; MPI ranks run the host compute.
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -22,9 +22,10 @@
 
 namespace disagmoe::train_cli {
 
-/// ConfigError naming --device, --precision (or --schedule) unless this build and
+/// ConfigError naming --device, --precision (or --transport) unless this build and
 /// machine can run them.
-inline void check_device(const std::string& device, const std::string& schedule, const std::string& precision) {
+inline void check_device(const std::string& device, const std::string& transport,
+                         const std::string& precision) {
   expect(device == "cpu" || device == "cuda", "--device", device, "cpu or cuda");
   expect(precision == "fp32" || precision == "bf16", "--precision", precision, "fp32 or bf16");
   if (device == "cpu") {
@@ -32,12 +33,13 @@ inline void check_device(const std::string& device, const std::string& schedule,
     return;
   }
 #ifndef DISAGMOE_TRAIN_WITH_CUDA
-  (void)schedule;
+  (void)transport;
   fail("--device", device, "cpu: this build has no CUDA (configure it with the cuda preset: cmake --preset cuda)");
 #else
   expect(cuda::device_count() > 0, "--device", device,
          "cpu: no CUDA device is visible: " + cuda::no_device_reason());
-  expect(schedule == "colocated", "--schedule", schedule, "colocated with --device cuda (workers run host compute)");
+  expect(transport == "loopback", "--transport", transport,
+         "loopback with --device cuda (MPI ranks run host compute)");
 #endif
 }
 

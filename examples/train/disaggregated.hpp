@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "device.hpp"
 #include "progress.hpp"
 
 #include <algorithm>
@@ -43,9 +44,16 @@ namespace disagmoe::train_cli {
 
 namespace rt = disagmoe::runtime;
 namespace mo = disagmoe::model;
-using Attention = mo::ReferenceAttention<float>;
-using Experts = mo::ReferenceExperts<float>;
-using Colocated = rt::ColocatedTrainer<Attention, Experts>;
+
+/// The attention and expert computes of a colocated trainer type (the workers run the
+/// same ones: host, or GPU with --device cuda).
+template <class Colocated>
+struct ComputesOf;
+template <class A, class E>
+struct ComputesOf<rt::ColocatedTrainer<A, E>> {
+  using Attention = A;
+  using Experts = E;
+};
 
 /// The options of a disaggregated run.
 struct DisaggregatedArgs {
@@ -79,7 +87,8 @@ struct RunInputs {
   const rt::ByteCorpus& corpus;
   int batch = 0;
   std::int64_t steps = 0;
-  bool quiet = false;  // --json: no progress bar
+  bool quiet = false;              // --json: no progress bar
+  std::string precision = "fp32";  // a GPU compute's GEMMs (device.hpp make_compute)
 };
 
 /// What the run measured (filled on rank 0).
@@ -245,8 +254,9 @@ struct Fitted {
 /// to how the starting model `full` routes `d.placement_batches` training batches of
 /// `batch` sequences (drawn with their own seed, so the training data stream is
 /// untouched). Every MPI rank computes the same layout (one thread).
-inline Fitted fit_placement(DisaggregatedArgs& d, Colocated& full, const rt::ByteCorpus& corpus, int batch,
-                            std::uint64_t seed) {
+template <class Colocated>
+Fitted fit_placement(DisaggregatedArgs& d, Colocated& full, const rt::ByteCorpus& corpus, int batch,
+                     std::uint64_t seed) {
   Fitted out;
   if (d.placement != "correlated" && d.replicas == 0) return out;
   mo::Rng rng(mo::derive_seed(seed, 0x9A7C));
@@ -296,13 +306,16 @@ std::vector<double> flat_parameters(Trainer& tr) {
 /// One rank's loop under the pipeline `Policy` names. `full` holds the starting state (read
 /// by every rank) and, on rank 0, receives the trained model; `data_rng` advances as the
 /// colocated loop's would.
-template <rt::executable_schedule Policy, comm::transport Transport>
-void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, const rt::DisaggregatedOptions& opt,
-               Colocated& full, mo::Rng data_rng, mo::Rng* final_rng, RunOutcome& out, const std::string& trace,
-               int replace_every, double replace_horizon) {
+template <rt::executable_schedule Policy, comm::transport Transport, class Colocated>
+void rank_loop(const Policy& policy, Transport& world, const RunInputs& in,
+               const rt::DisaggregatedOptions& opt, Colocated& full, mo::Rng data_rng, mo::Rng* final_rng,
+               RunOutcome& out, const std::string& trace, int replace_every, double replace_horizon) {
+  using Attention = typename ComputesOf<Colocated>::Attention;
+  using Experts = typename ComputesOf<Colocated>::Experts;
   using Trainer = rt::Pipeline<Policy, Attention, Experts, Transport>;
   auto make = [&](const rt::DisaggregatedOptions& o) {
-    return std::make_unique<Trainer>(policy, Attention(in.spec, in.decoder), Experts(in.spec, in.decoder), in.spec,
+    return std::make_unique<Trainer>(policy, make_compute<Attention>(in.spec, in.decoder, in.precision),
+                                     make_compute<Experts>(in.spec, in.decoder, in.precision), in.spec,
                                      in.train, o, world, in.stage);
   };
   auto owned = make(opt);
@@ -424,8 +437,9 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in, cons
 
 /// Trains `full` (which holds the start state) under the chosen schedule on its workers;
 /// returns what rank 0 measured. `data_rng` is advanced as the colocated loop does.
-inline RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInputs& in, Colocated& full,
-                                      mo::Rng& data_rng) {
+template <class Colocated>
+RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInputs& in, Colocated& full,
+                               mo::Rng& data_rng) {
   RunOutcome out;
   if (d.transport == "loopback") {
     const auto opt = disaggregated_options(d, (d.pairs > 0 ? d.pairs : 2) * ranks_per_unit(d));

@@ -11,7 +11,9 @@
 //   disagmoe-train --schedule 1f1b --pairs 2 --attention-ranks 2 --net-bandwidth 1e9
 //   mpirun -np 4 disagmoe-train --schedule afpipe --transport mpi
 //   disagmoe-train --resume DIR --steps 0 --eval-text FILE
-//   disagmoe-train --device cuda [--precision bf16] --check-reference   (attention and experts on the GPU; cuda preset)
+//   disagmoe-train --device cuda [--precision bf16] --check-reference   (attention and experts on the GPU;
+//   cuda preset) disagmoe-train --device cuda --schedule afpipe --check-reference    (AF-Pipe's workers on
+//   the GPU, as threads)
 //
 // Copy it: the trainers are ColocatedTrainer<ReferenceAttention<float>, ReferenceExperts<float>>
 // and DisaggregatedTrainer<..., ..., Transport>; swap in your own `attention_compute` /
@@ -301,9 +303,10 @@ int run(const Args& a) {
   Eigen::setNbThreads(a.threads);  // effective in an OpenMP build (Eigen would take every core)
   const dm::ModelSpec spec = model_spec(a);
   const rt::TrainOptions topt = train_options(a);
-  dm::train_cli::check_device(a.device, a.d.schedule, a.precision);
+  dm::train_cli::check_device(a.device, a.d.transport, a.precision);
   auto d = a.d;
-  if (a.device == "cuda") d.check_reference = false;  // run_job compares with a host run itself
+  // --device cuda: a colocated run compares with a host run itself (run_job).
+  if (a.device == "cuda" && a.d.schedule == "colocated") d.check_reference = false;
   dm::train_cli::check_disaggregated_args(d, spec, a.micro_batch, topt.micro_batches);
   dm::expect(a.d.replace_every < std::max<std::int64_t>(a.steps, 1), "--replace-every", a.d.replace_every,
              "less than --steps (" + std::to_string(a.steps) + "): a refit's move applies from the next step");
@@ -397,16 +400,17 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
   const std::int64_t first = tr.steps();
   const auto t0 = Clock::now();
   double secs = 0;
-  if constexpr (on_host) if (a.d.schedule != "colocated") {  // workers: host compute only
+  if (a.d.schedule != "colocated") {  // workers run the same computes (--device)
     // The reference starts from the same state and sees the same batches.
-    std::optional<Trainer> ref;
+    std::optional<TrainerOf<Attention, Experts>> ref;
     mo::Rng ref_rng = data_rng;
     if (a.d.check_reference && train) {
       // M A-ranks split every micro-batch: the reference takes their shares as micro-batches.
       rt::TrainOptions ref_opt = topt;
       ref_opt.micro_batches *= a.d.attention_ranks;
-      ref.emplace(mo::ReferenceAttention<float>(spec, dopt), mo::ReferenceExperts<float>(spec, dopt), spec,
-                  ref_opt, a.stage_options());
+      ref.emplace(dm::train_cli::make_compute<Attention>(spec, dopt, a.precision),
+                  dm::train_cli::make_compute<Experts>(spec, dopt, a.precision), spec, ref_opt,
+                  a.stage_options());
       if (!a.resume.empty()) rt::load_checkpoint(a.resume, *ref);
     }
     std::optional<json> placement, replicas;
@@ -439,8 +443,8 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
                     << r->max_load_over_mean_without << ")\n" << std::defaultfloat;
       }
     }
-    const dm::train_cli::RunInputs in{spec,    topt,    dopt,    a.stage_options(),
-                                      *corpus, a.batch, a.steps, a.json_out};
+    const dm::train_cli::RunInputs in{spec,    topt,    dopt,       a.stage_options(), *corpus,
+                                      a.batch, a.steps, a.json_out, a.precision};
     auto out = train ? dm::train_cli::train_disaggregated(d, in, tr, data_rng) : dm::train_cli::RunOutcome{};
     if (!out.rank0) return 0;  // MPI: rank 0 reports and saves
     curve = std::move(out.curve);
@@ -524,7 +528,7 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
   // --device cuda --check-reference: the host run from the same state on the same batches.
   std::optional<Trainer> host_ref;
   std::vector<double> host_losses;
-  if (!on_host && a.d.check_reference && train) {
+  if (!on_host && a.d.check_reference && train && a.d.schedule == "colocated") {
     host_ref.emplace(mo::ReferenceAttention<float>(spec, dopt), mo::ReferenceExperts<float>(spec, dopt), spec,
                      topt, a.stage_options());
     if (!a.resume.empty()) rt::load_checkpoint(a.resume, *host_ref);
@@ -717,9 +721,12 @@ int main(int argc, char** argv) {
                   "windows of --replace-every steps over which a refit's predicted saving is credited")
       ->capture_default_str();
   dis->add_option("--trace", a.d.trace, "Chrome trace of the last step: measured and simulated side by side")->check(kPath);
-  app.add_option("--device", a.device,
-                 "cpu, or cuda: attention and experts on the GPU (a cuda-preset build; with --check-reference, also "
-                 "the host run on the same batches, reporting max_rel_diff of losses and parameters)")
+  app.add_option(
+         "--device", a.device,
+         "cpu, or cuda: attention and experts on the GPU (a cuda-preset build; with --check-reference, also "
+         "the host run on the same batches, reporting max_rel_diff of losses and parameters; with a worker "
+         "--schedule on loopback threads, every worker computes on the one GPU and --check-reference "
+         "compares with the colocated GPU run)")
       ->capture_default_str();
   app.add_option("--precision", a.precision,
                  "what the GPU's GEMMs multiply in: fp32, or bf16 (bf16 operands, fp32 accumulation; the weights stay "
