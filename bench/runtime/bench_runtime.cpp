@@ -283,6 +283,14 @@ int main(int argc, char** argv) {
       else
         bench::bad_argument(argv[0], "argument", a, "an option of --help");
     }
+    // Checked before any run: 1F1B-EP on one stage of w ranks gives each rank an equal
+    // share of every micro-batch (a world of 8 used to fail after the 2- and 4-rank tables).
+    for (const int w : o.worlds)
+      if (o.micro_batch % w != 0)
+        bench::bad_argument(
+            argv[0], "--world", std::to_string(w),
+            "a divisor of --micro-batch (" + std::to_string(o.micro_batch) +
+                " sequences): 1F1B-EP on one stage of all the ranks splits each micro-batch over them");
     dm::host::keep_freed_memory();
     dm::ModelSpec spec = mo::train_preset(o.model);
     spec.micro_batch = o.micro_batch;
