@@ -194,9 +194,11 @@ int main(int argc, char** argv) {
   std::printf("%-40s %8s %8s %10s %10s %12s\n", "kernel", "read MB", "write MB", "kernel ms", "D2D ms",
               "of copy BW");
   for (const auto& r : table) {
-    const double kernel_bw = (r.read_mb + r.written_mb) / r.kernel_ms, copy_bw = 2 * r.read_mb / r.copy_ms;
+    // A time of 0 (an empty input) prints 0% rather than inf or nan.
+    const double kernel_bw = r.kernel_ms > 0 ? (r.read_mb + r.written_mb) / r.kernel_ms : 0;
+    const double copy_bw = r.copy_ms > 0 ? 2 * r.read_mb / r.copy_ms : 0;
     std::printf("%-40s %8.1f %8.1f %10.3f %10.3f %11.0f%%\n", r.kernel.c_str(), r.read_mb, r.written_mb,
-                r.kernel_ms, r.copy_ms, 100 * kernel_bw / copy_bw);
+                r.kernel_ms, r.copy_ms, copy_bw > 0 ? 100 * kernel_bw / copy_bw : 0.0);
   }
   std::printf("%-40s %8s %8s %10.3f %10s %12s\n", "send_once_layout (ids -> rows)", "-", "-", layout_ms, "-",
               "-");

@@ -4,7 +4,8 @@
 // a build of the cuda preset with a visible GPU, their GEMMs in --precision (fp32, or
 // bf16 operands with fp32 accumulation). The embedding and the optimizer stay on the
 // host, which owns the fp32 master weights. Worker schedules on loopback threads run the
-// same computes, every worker on the one GPU; MPI ranks run the host compute.
+// same computes, every worker on the one GPU (the token exchange between workers stays on
+// the host); MPI ranks run the host compute.
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -32,14 +33,13 @@ inline void check_device(const std::string& device, const std::string& transport
     expect(precision == "fp32", "--precision", precision, "fp32 with --device cpu");
     return;
   }
+  expect(transport == "loopback", "--transport", transport,
+         "loopback with --device cuda (MPI ranks run host compute)");
 #ifndef DISAGMOE_TRAIN_WITH_CUDA
-  (void)transport;
   fail("--device", device, "cpu: this build has no CUDA (configure it with the cuda preset: cmake --preset cuda)");
 #else
   expect(cuda::device_count() > 0, "--device", device,
          "cpu: no CUDA device is visible: " + cuda::no_device_reason());
-  expect(transport == "loopback", "--transport", transport,
-         "loopback with --device cuda (MPI ranks run host compute)");
 #endif
 }
 

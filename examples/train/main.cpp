@@ -11,9 +11,8 @@
 //   disagmoe-train --schedule 1f1b --pairs 2 --attention-ranks 2 --net-bandwidth 1e9
 //   mpirun -np 4 disagmoe-train --schedule afpipe --transport mpi
 //   disagmoe-train --resume DIR --steps 0 --eval-text FILE
-//   disagmoe-train --device cuda [--precision bf16] --check-reference   (attention and experts on the GPU;
-//   cuda preset) disagmoe-train --device cuda --schedule afpipe --check-reference    (AF-Pipe's workers on
-//   the GPU, as threads)
+//   disagmoe-train --device cuda --precision bf16 --check-reference    (cuda preset; the GPU)
+//   disagmoe-train --device cuda --schedule afpipe --check-reference  (AF-Pipe's workers, GPU)
 //
 // Copy it: the trainers are ColocatedTrainer<ReferenceAttention<float>, ReferenceExperts<float>>
 // and DisaggregatedTrainer<..., ..., Transport>; swap in your own `attention_compute` /
@@ -725,8 +724,9 @@ int main(int argc, char** argv) {
          "--device", a.device,
          "cpu, or cuda: attention and experts on the GPU (a cuda-preset build; with --check-reference, also "
          "the host run on the same batches, reporting max_rel_diff of losses and parameters; with a worker "
-         "--schedule on loopback threads, every worker computes on the one GPU and --check-reference "
-         "compares with the colocated GPU run)")
+         "--schedule on loopback threads, every worker's attention and experts run on the one GPU, the token "
+         "exchange between workers stays on the host, and --check-reference compares with the colocated GPU "
+         "run)")
       ->capture_default_str();
   app.add_option("--precision", a.precision,
                  "what the GPU's GEMMs multiply in: fp32, or bf16 (bf16 operands, fp32 accumulation; the weights stay "

@@ -28,3 +28,15 @@ TEST_CASE("Verbatim values are printed without quotes") {
   CHECK(describe("$.layers", Verbatim{"2.5"}, "an integer") == "$.layers = 2.5: expected an integer");
   CHECK(describe("$.name", Verbatim{"\"x\""}, "a number") == "$.name = \"x\": expected a number");
 }
+
+TEST_CASE("control bytes and bytes outside UTF-8 are escaped; UTF-8 text is kept") {
+  // Oracle: the expected strings written out by hand.
+  const std::string controls = std::string("a\x01") + "b\tc\x7f";
+  CHECK(describe("MPS.row", controls, "a name") == "MPS.row = \"a\\x01b\\x09c\\x7f\": expected a name");
+  CHECK(describe("f", std::string("\xff\xfe\xc3"), "text") == "f = \"\\xff\\xfe\\xc3\": expected text");
+  CHECK(describe("f", std::string("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), "text") ==
+        "f = \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\": expected text");  // é, €, an emoji
+  CHECK(describe("f", std::string("\xe2\x82x"), "text") ==
+        "f = \"\\xe2\\x82x\": expected text");  // cut short
+  CHECK(describe("$.x", Verbatim{"\x1b[31m"}, "a number") == "$.x = \\x1b[31m: expected a number");
+}

@@ -99,13 +99,33 @@ TEST_CASE("row_math gate gradients equal host::gate_gradients bit for bit (fp32)
             c.src.data() + static_cast<std::size_t>(c.idx[static_cast<std::size_t>(q)]) * c.width;
         const float* b = c.grad.data() + r * c.width;
         float partial[cuda::kDotLanes];
-        for (int l = 0; l < cuda::kDotLanes; ++l)
-          partial[l] = c.width % cuda::kDotChunk == 0 ? cuda::row_dot_partial<float, true>(a, b, c.width, l)
-                                                      : cuda::row_dot_partial<float, false>(a, b, c.width, l);
+        for (int l = 0; l < cuda::kDotLanes; ++l) {
+          partial[l] = cuda::row_dot_partial<float, false>(a, b, c.width, l);
+          // The packed loads (aligned rows, widths of whole chunks) sum the same products
+          // in the same order as the unpacked fallback the kernel takes otherwise.
+          if (c.width % cuda::kDotChunk == 0)
+            CHECK(cuda::row_dot_partial<float, true>(a, b, c.width, l) == partial[l]);
+        }
         lanes[e] = cuda::row_dot_tree(partial);
       }
     CHECK(same_bits(serial, g_expect));
     CHECK(same_bits(lanes, g_expect));
+  }
+}
+
+TEST_CASE("row_math bf16 dot partials: packed loads equal the unpacked fallback bit for bit") {
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    INFO("seed = " << seed);
+    const std::size_t width = 8 * (1 + seed * 13 % 70);  // whole chunks, past 256 columns
+    const auto c = test::make_case(seed, 1 + seed % 5, width);
+    const auto src = to_bf16(c.src), grad = to_bf16(c.grad);
+    for (std::size_t r = 0; r < c.rows; ++r)
+      for (int l = 0; l < cuda::kDotLanes; ++l) {
+        const __nv_bfloat16* a = src.data() + (r % c.src_rows) * c.width;
+        const __nv_bfloat16* b = grad.data() + r * c.width;
+        CHECK(cuda::row_dot_partial<__nv_bfloat16, true>(a, b, c.width, l) ==
+              cuda::row_dot_partial<__nv_bfloat16, false>(a, b, c.width, l));
+      }
   }
 }
 

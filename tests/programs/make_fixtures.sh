@@ -49,6 +49,8 @@ echo '{"groups": -1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "atte
 yes 'COLUMNS' | head -c 268435456 | gzip -9 >"$d/bomb.mps.gz"
 yes 'abcdefgh' | head -c 268435456 | gzip -9 >"$d/bomb.txt.gz"
 printf 'NAME x\nROWS\n N obj\nCOLUMNS\n x obj 1e999\nENDATA\n' >"$d/overflow.mps"
+# Control bytes in a token: the error escapes them (\xNN) instead of echoing them.
+printf 'NAME x\nROWS\n Q\001\033[2J obj\nCOLUMNS\n x obj 1\nENDATA\n' >"$d/control.mps"
 printf '\x93NUMPY\x01\x00\x76\x00{'"'"'descr'"'"': '"'"'<i4'"'"', '"'"'fortran_order'"'"': False, '"'"'shape'"'"': (4294967296, 4294967296, 8), }' >"$d/huge_shape.npy"
 printf '%*s\n' $((127 - $(wc -c <"$d/huge_shape.npy"))) '' >>"$d/huge_shape.npy"
 printf '\x93NUMPY\x01\x00\x76\x00{'"'"'descr'"'"': '"'"'<i4'"'"', '"'"'fortran_order'"'"': False, '"'"'shape'"'"': (0, 2, 2), }' >"$d/empty_trace.npy"

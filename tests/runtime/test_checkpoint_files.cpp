@@ -702,7 +702,7 @@ TEST_CASE("state file: wrong version and bad structure under a valid checksum") 
       {head + le64(1) + entry("a", 2, 1, std::string(4, '\0')), "entry \"a\" length = 1: expected at most 0"},
       {head + le64(2) + one_f32 + one_f32, "entry 1 name = \"a\": expected unique entry names"},
       {head + le64(1) + one_f32 + "zz", "bytes after the last entry = 2: expected 0"},
-      {head + le64(1) + entry("\xff", 1, 0, ""), "entry 0 name = \"\xff\": expected valid UTF-8"},
+      {head + le64(1) + entry("\xff", 1, 0, ""), "entry 0 name = \"\\xff\": expected valid UTF-8"},
   };
   for (const auto& c : cases) {
     const std::string msg = error_of_bytes(seal(c.body));

@@ -162,7 +162,8 @@ inline int derive_micro_batches(const ModelSpec& m, const CostOptions& o, int dp
   expect(batch >= 1, "global_batch", batch, "a positive number of sequences");
   const long per = long(m.micro_batch) * dp;
   expect(batch / per >= 1, "global_batch", batch,
-         "at least micro_batch x " + std::string(what) + " (" + std::to_string(per) + ") sequences");
+         "at least micro_batch (" + std::to_string(m.micro_batch) + ") x " + std::string(what) + " (" +
+             std::to_string(dp) + ") = " + std::to_string(per) + " sequences");
   return static_cast<int>(batch / per);
 }
 
