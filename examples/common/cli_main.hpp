@@ -118,6 +118,25 @@ inline void expect_output_written(bool cout_was_good) {
       (!cout_was_good || std::cout.good()) && std::fflush(stdout) == 0 && std::ferror(stdout) == 0;
   expect<IoError>(ok, "stdout", "write failed", "a writable standard output (a full disk or a closed pipe?)");
 }
+
+// CLI11's "Could not convert: --seq-len = 1e30" names no type: the house form instead,
+// with what the option's type takes. Other messages pass through unchanged.
+inline std::string parse_error_text(const CLI::App& app, const CLI::ParseError& e) {
+  const std::string m = e.what(), prefix = "Could not convert: ";
+  const auto eq = m.find(" = ");
+  if (dynamic_cast<const CLI::ConversionError*>(&e) == nullptr || m.rfind(prefix, 0) != 0 ||
+      eq == std::string::npos)
+    return m;
+  const std::string name = m.substr(prefix.size(), eq - prefix.size()), value = m.substr(eq + 3);
+  const CLI::Option* opt = app.get_option_no_throw(name);
+  const std::string type = opt != nullptr ? opt->get_type_name() : "";
+  const std::string expected = type == "INT"     ? "an integer in the option's range"
+                               : type == "UINT"  ? "a non-negative integer in the option's range"
+                               : type == "FLOAT" ? "a number"
+                               : type.empty()    ? "a value the option can take"
+                                                 : "a value of type " + type;
+  return describe(name, value, expected);
+}
 }  // namespace detail
 
 /// Call inside a catch block: prints the exception being handled as one line on
@@ -177,7 +196,7 @@ int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
     } catch (const CLI::CallForVersion& e) {
       return app.exit(e);
     } catch (const CLI::ParseError& e) {  // one line, as for every other bad input
-      std::cerr << app.get_name() << ": error: " << e.what() << " (see --help)\n";
+      std::cerr << app.get_name() + ": error: " + detail::parse_error_text(app, e) + " (see --help)\n";
       return kExitBadInput;
     }
     detail::expect_finite_options(app);
