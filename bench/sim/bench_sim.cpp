@@ -28,11 +28,12 @@ struct Variant {
   int chunks;
 };
 
-// Tutel: a2a_ffn_overlap_degree of a few chunks; Comet: fine-grained (tile-level) overlap,
-// modelled as many chunks (anchors-systems.md §7, §8).
+// Tutel: a2a_ffn_overlap_degree of a few chunks (arXiv 2206.03382); Comet: fine-grained
+// (tile-level) overlap, its fused GEMM + all-to-all kernels pipelining 16 tiles each
+// (arXiv 2502.19811). `chunks`: the chunked schedule's chunks or Comet's tiles.
 const std::vector<Variant> kVariants{
     {"afpipe", "afpipe", 1},           {"1f1b", "1f1b", 1},           {"interleaved", "interleaved", 1},
-    {"a2a-overlap", "a2a-overlap", 1}, {"tutel(c=4)", "chunked", 4},  {"comet(c=16)", "chunked", 16},
+    {"a2a-overlap", "a2a-overlap", 1}, {"tutel(c=4)", "chunked", 4},  {"comet(t=16)", "comet", 16},
     {"dualpipe", "dualpipe", 1},       {"dualpipev", "dualpipev", 1},
 };
 
@@ -82,7 +83,7 @@ int run(Options o) {
       std::map<std::string, ds::Simulated> res;
       for (const auto& v : kVariants) {
         ds::PolicyKnobs k;
-        k.chunks = v.chunks;
+        k.chunks = k.tiles = v.chunks;
         k.af_uses_sms = !rdma_m2n;
         // Baselines at each depth up to --max-stages, each at its best EP degree.
         std::string why;  // the last depth's reason when none runs
@@ -147,9 +148,9 @@ int run(Options o) {
       double best_overlap = 0;
       std::string best_name;
       bool any_fits = false;
-      for (const char* l : {"a2a-overlap", "tutel(c=4)", "comet(c=16)", "dualpipe", "dualpipev"})
+      for (const char* l : {"a2a-overlap", "tutel(c=4)", "comet(t=16)", "dualpipe", "dualpipev"})
         any_fits = any_fits || (res.count(l) && res.at(l).fits);
-      for (const char* l : {"a2a-overlap", "tutel(c=4)", "comet(c=16)", "dualpipe", "dualpipev"})
+      for (const char* l : {"a2a-overlap", "tutel(c=4)", "comet(t=16)", "dualpipe", "dualpipev"})
         if (res.count(l) && (res.at(l).fits || !any_fits) && (best_name.empty() || step(l) < best_overlap)) {
           best_overlap = step(l);
           best_name = l;
@@ -160,7 +161,7 @@ int run(Options o) {
                   res.at("afpipe").fits ? "" : "; AF-Pipe does not fit memory");
       std::printf("AF-Pipe exposed comm vs tutel %+.0f%%, comet %+.0f%%, dualpipe %+.0f%%\n",
                   100 * (exposed("afpipe") / exposed("tutel(c=4)") - 1),
-                  100 * (exposed("afpipe") / exposed("comet(c=16)") - 1),
+                  100 * (exposed("afpipe") / exposed("comet(t=16)") - 1),
                   100 * (exposed("afpipe") / exposed("dualpipe") - 1));
     }
   }
@@ -191,7 +192,7 @@ int run(Options o) {
   for (const auto& [v, co] : cases) {
     if (!only.empty() && v.label != only) continue;  // time one schedule (profiling)
     ds::PolicyKnobs k;
-    k.chunks = v.chunks;
+    k.chunks = k.tiles = v.chunks;
     ds::Simulated s;
     try {
       s = ds::simulate_best(v.schedule, m, cluster, *co, k);

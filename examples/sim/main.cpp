@@ -136,7 +136,8 @@ int main(int argc, char** argv) {
   ds::CostOptions cost;
   app.add_option("--model", model, "model preset or JSON file")->capture_default_str();
   app.add_option("--cluster", cluster, "cluster preset, NAME:NODES or JSON file")->capture_default_str();
-  app.add_option("--schedule", schedule, "afpipe|1f1b|interleaved|a2a-overlap|chunked|dualpipe|dualpipev")
+  app.add_option("--schedule", schedule,
+                 "afpipe|1f1b|interleaved|a2a-overlap|chunked|comet|dualpipe|dualpipev")
       ->capture_default_str();
   app.add_flag("--compare", compare, "simulate every schedule and print a comparison table");
   app.add_option("--plan", plan_file,
@@ -151,9 +152,12 @@ int main(int argc, char** argv) {
                  "or the plan's with --plan)");
   app.add_option("--micro-batches", micro_batches, "pipeline micro-batches per step (overrides --global-batch)");
   app.add_option("--stages", stages, "pipeline stages of the baselines (default: best of 1,2,4,8,16)");
-  app.add_option("--virtual-stages", knobs.virtual_stages, "model chunks per stage (interleaved, a2a-overlap, chunked)")
+  app.add_option("--virtual-stages", knobs.virtual_stages,
+                 "model chunks per stage (interleaved, a2a-overlap, chunked, comet)")
       ->capture_default_str();
   app.add_option("--chunks", knobs.chunks, "FFN/all-to-all chunks per MoE layer (chunked)")->capture_default_str();
+  app.add_option("--tiles", knobs.tiles, "tiles each fused GEMM + all-to-all kernel pipelines (comet)")
+      ->capture_default_str();
   app.add_option("--af-group-size", knobs.af_group_size, "AF-Pipe micro-batches per ping-pong group (0: auto)");
   app.add_option("--groups", groups, "AF-Pipe A/F group pairs (with --attention-gpus/--ffn-gpus)");
   app.add_option("--attention-gpus", attention_gpus, "AF-Pipe attention GPUs per node");
@@ -185,16 +189,19 @@ int main(int argc, char** argv) {
     namespace dz = disagmoe;
     if (!compare) ds::check_schedule_name(schedule);
     const bool af_mode = compare || schedule == "afpipe";
-    const bool virtual_mode = compare || schedule == "interleaved" || schedule == "a2a-overlap" || schedule == "chunked";
+    const bool virtual_mode = compare || schedule == "interleaved" || schedule == "a2a-overlap" ||
+                              schedule == "chunked" || schedule == "comet";
     const bool chunk_mode = compare || schedule == "chunked";
+    const bool tile_mode = compare || schedule == "comet";
     // Options that shape one schedule only are errors for the others.
     using dz::cli::expect_applies;
     for (const char* o : {"--plan", "--search-layout", "--af-group-size", "--groups", "--attention-gpus",
                           "--ffn-gpus", "--attention-nics", "--ffn-nics", "--rdma-m2n"})
       expect_applies(app, o, af_mode, "to be given only with --schedule afpipe or --compare");
     expect_applies(app, "--virtual-stages", virtual_mode,
-                   "to be given only with --schedule interleaved, a2a-overlap, chunked or --compare");
+                   "to be given only with --schedule interleaved, a2a-overlap, chunked, comet or --compare");
     expect_applies(app, "--chunks", chunk_mode, "to be given only with --schedule chunked or --compare");
+    expect_applies(app, "--tiles", tile_mode, "to be given only with --schedule comet or --compare");
     expect_applies(app, "--stages", compare || schedule != "afpipe", "to be given only with a baseline or --compare");
     dz::expect(!(app.count("--plan") && app.count("--search-layout")), "--search-layout", "(given)",
                "either --plan or --search-layout, not both");
@@ -231,6 +238,7 @@ int main(int argc, char** argv) {
     dz::expect_in("--stages", stages, 0, c.gpus());
     if (app.count("--virtual-stages")) dz::expect_in("--virtual-stages", knobs.virtual_stages, 1, m.layers);
     dz::expect_in("--chunks", knobs.chunks, 1, 1024);
+    dz::expect_in("--tiles", knobs.tiles, 1, 1 << 20);
     dz::expect_in("--af-group-size", knobs.af_group_size, 0, std::numeric_limits<int>::max());
     cost.global_batch = global_batch;
     cost.micro_batches = micro_batches;

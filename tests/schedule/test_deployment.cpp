@@ -235,7 +235,8 @@ TEST_CASE("colocated search: the best deployment equals brute force over depth, 
     REQUIRE(best.has_value());
     return std::pair{*best, peaks};
   };
-  for (const std::string name : {"1f1b", "interleaved", "a2a-overlap", "chunked", "dualpipe", "dualpipev"}) {
+  for (const std::string name :
+       {"1f1b", "interleaved", "a2a-overlap", "chunked", "comet", "dualpipe", "dualpipev"}) {
     CAPTURE(name);
     // HBM at the median peak, so that memory rules out about half the deployments.
     auto peaks = brute(name, 1e12).second;

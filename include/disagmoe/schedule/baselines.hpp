@@ -4,7 +4,8 @@
 /// stage whose GPUs run attention data-parallel and experts expert-parallel, with
 /// all-to-all dispatch/combine inside the worker. Rules from
 /// the published schedules (1F1B, interleaved 1F1B, Megatron's A2A overlap) and
-/// the chunked FFN/all-to-all overlap of Tutel (`a2a_ffn_overlap_degree`) and Comet.
+/// the chunked FFN/all-to-all overlap of Tutel (`a2a_ffn_overlap_degree`) and Comet's
+/// communication fused into the expert GEMMs.
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -71,13 +72,14 @@ inline std::vector<std::vector<Action>> one_f_one_b_actions(int p, int m, int v,
 /// The looped 1F1B family shared by the baselines below: `v` chunks per worker,
 /// `extra_warmup` extra warmup forwards, steady-state [F, B] fused when `pair`, MoE
 /// layers split into `chunks` pieces.
-inline Schedule build_looped_1f1b(const Problem& pb, std::string_view name, int v, int extra_warmup, bool pair,
-                                  int chunks = 1) {
+inline Schedule build_looped_1f1b(const Problem& pb, std::string_view name, int v, int extra_warmup,
+                                  bool pair, int chunks = 1, bool fused = false) {
   validate(pb);
   expect(chunks >= 1, "chunks", chunks, "a positive integer");
   expect(v >= 1, "virtual_stages", v, "a positive integer");
   const int p = static_cast<int>(pb.workers.size());
   PipelinePlan plan{looped_routes(pb, v), one_f_one_b_actions(p, pb.micro_batches, v, extra_warmup, pair), chunks};
+  plan.fused = fused;
   return build_pipeline(pb, plan, std::string(name));
 }
 
@@ -118,11 +120,10 @@ struct A2AOverlap {
   }
 };
 
-/// Operator-level overlap (Tutel's `a2a_ffn_overlap_degree`, Comet's fine-grained
-/// overlap): every MoE layer's dispatch, expert compute and combine split into `chunks`
-/// pieces pipelined against each other, on top of interleaved 1F1B. Tutel-style: few
-/// chunks, NCCL kernels on SMs; Comet-style: many chunks (tile-level) with the
-/// communication fused into the GEMM (model with `chunks` ≈ 16–32 and the SM fraction).
+/// Operator-level overlap as Tutel runs it (`a2a_ffn_overlap_degree`, Hwang et al.
+/// 2023, arXiv 2206.03382): every MoE layer's dispatch, expert compute and combine split
+/// into `chunks` pieces pipelined against each other (NCCL kernels on SMs), on top of
+/// interleaved 1F1B. 7 ops per chunk and layer, so many chunks make long timelines.
 struct ChunkedOverlap {
   using policy_concept = schedule_policy_tag;
   static constexpr std::string_view kName = "chunked";
@@ -133,9 +134,27 @@ struct ChunkedOverlap {
   }
 };
 
+/// Comet's fine-grained overlap (Zhang et al., MLSys'25, arXiv 2502.19811, on Flux's
+/// fused GEMM kernels): the dispatch runs inside the experts' gate/up GEMM and the
+/// combine inside their down GEMM, tile by tile (comm thread blocks on SMs), backward
+/// alike, on top of interleaved 1F1B. Each fused kernel is four ops whatever `tiles`
+/// (PipelinePlan::fused): its time is the two-stage pipeline's over `tiles` tiles, so
+/// tile-level overlap costs no more ops than one chunk.
+struct CometOverlap {
+  using policy_concept = schedule_policy_tag;
+  static constexpr std::string_view kName = "comet";
+  int tiles = 16;          ///< tiles each fused kernel pipelines (>= 1; 1: no overlap)
+  int virtual_stages = 2;  ///< model chunks per worker of the underlying interleaved 1F1B
+  [[nodiscard]] Schedule build(const Problem& pb) const {
+    expect(tiles >= 1, "tiles", tiles, "a positive integer");
+    return detail::build_looped_1f1b(pb, kName, virtual_stages, 0, false, tiles, true);
+  }
+};
+
 static_assert(schedule_policy<OneFOneB>);
 static_assert(schedule_policy<Interleaved1F1B>);
 static_assert(schedule_policy<A2AOverlap>);
 static_assert(schedule_policy<ChunkedOverlap>);
+static_assert(schedule_policy<CometOverlap>);
 
 }  // namespace disagmoe::schedule

@@ -3,7 +3,8 @@
 /// Turns a pipeline plan (which stages each micro-batch visits, and which F/B/W actions
 /// each worker issues in which order) into ops on colocated expert-parallel workers.
 /// Shared by every baseline policy so that 1F1B, interleaved 1F1B, Megatron's A2A
-/// overlap, chunked overlap, DualPipe and DualPipeV differ only in their action lists
+/// overlap, chunked overlap, Comet's fused overlap, DualPipe and DualPipeV differ only in
+/// their action lists or in how an MoE layer's ops are cut
 /// (the "schedule, passes, execution" split of sail-sg's zero-bubble runtime,
 /// `zbpp` in github.com/sail-sg/zero-bubble-pipeline-parallelism).
 #pragma once
@@ -13,6 +14,7 @@
 #include <disagmoe/schedule/problem.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -53,11 +55,19 @@ struct PipelinePlan {
   std::vector<std::vector<Stage>> routes;    ///< per micro-batch, the stages visited in order
   std::vector<std::vector<Action>> actions;  ///< per worker, in issue order
   int chunks = 1;                            ///< operator-level FFN chunks per MoE layer (>= 1)
+  /// Comet's fused kernels instead of chunks: the dispatch fused into the experts' first
+  /// GEMM, their second GEMM into the combine, each pipelined over `chunks` tiles (ops of
+  /// a layer independent of the tile count: PipelineEmitter::fused_kernel).
+  bool fused = false;
   /// Every transfer (all-to-all, pipeline send, all-reduce) runs as GPU kernels (NCCL
   /// send/recv and collectives, DeepEP) holding Network::comm_sm_fraction of the SMs on
   /// both ends; false: all of them go over an RDMA engine (Network::rdma_sm_fraction).
   bool comm_uses_sms = true;
 };
+
+/// Share of an expert's FLOPs in its gate and up projections: two of a SwiGLU FFN's three
+/// equal GEMMs (d×f, d×f, f×d), in the forward pass and in the input gradient alike.
+inline constexpr double kGateUpShare = 2.0 / 3.0;
 
 /// Splits `layers` into `parts` contiguous ranges whose sizes differ by at most one
 /// (earlier ranges get the extra layers). Throws ConfigError when layers < parts.
@@ -260,7 +270,21 @@ class PipelineEmitter {
         Op a = compute(OpKind::kAttentionForward, w, l, lc.attn_fwd, Stream::kForward);
         a.alloc_bytes = lc.attn_activation_bytes;
         c.last = add(std::move(a), c);
-        if (lc.moe) {
+        if (lc.moe && pl_.fused) {  // dispatch fused into the gate/up GEMM
+          const int attn = c.last;
+          c.last = fused_kernel(
+              c, [&](double x) { return comm(OpKind::kAllToAll, w, w, l, lc.dispatch_bytes * x); },
+              [&](double x) {
+                Op e =
+                    compute(OpKind::kExpertForward, w, l, lc.expert_fwd * kGateUpShare * x, Stream::kForward);
+                e.alloc_bytes = lc.expert_activation_bytes * x;
+                return e;
+              },
+              [&](Op o) {
+                o.deps.push_back(attn);
+                return s_.add(with_meta(std::move(o), c));
+              })[1];
+        } else if (lc.moe) {
           const int attn = c.last;
           for (int k = 0; k < nc; ++k) {
             Op d = comm(OpKind::kAllToAll, w, w, l, lc.dispatch_bytes / nc);
@@ -270,6 +294,15 @@ class PipelineEmitter {
             dispatch_ids_.push_back(c.last);
           }
         }
+      } else if (lc.moe && pl_.fused) {  // the down GEMM fused into the combine
+        c.last = fused_kernel(
+            c,
+            [&](double x) {
+              return compute(OpKind::kExpertForward, w, l, lc.expert_fwd * (1 - kGateUpShare) * x,
+                             Stream::kForward);
+            },
+            [&](double x) { return comm(OpKind::kAllToAll, w, w, l, lc.combine_bytes * x); },
+            [&](Op o) { return add(std::move(o), c); })[1];
       } else if (lc.moe) {
         for (int k = 0; k < nc; ++k) {
           Op e = compute(OpKind::kExpertForward, w, l, lc.expert_fwd / nc, Stream::kForward);
@@ -291,7 +324,15 @@ class PipelineEmitter {
         c.last = add(compute(OpKind::kHeadBackwardInput, w, l, eh.head_bwd, Stream::kBackward), c);
         weight(w, c, OpKind::kHeadBackwardWeight, l, -1, eh.head_wgrad, 0, c.last);
       }
-      if (part == 0 && lc.moe) {
+      if (part == 0 && lc.moe && pl_.fused) {  // the combine's gradient fused into the down GEMM's
+        c.last = fused_kernel(
+            c, [&](double x) { return comm(OpKind::kAllToAll, w, w, l, lc.combine_bytes * x); },
+            [&](double x) {
+              return compute(OpKind::kExpertBackwardInput, w, l, lc.expert_bwd * (1 - kGateUpShare) * x,
+                             Stream::kBackward);
+            },
+            [&](Op o) { return add(std::move(o), c); })[1];
+      } else if (part == 0 && lc.moe) {
         std::vector<int> cg;
         for (int k = 0; k < nc; ++k) {
           Op g = comm(OpKind::kAllToAll, w, w, l, lc.combine_bytes / nc);
@@ -314,8 +355,19 @@ class PipelineEmitter {
         }
         c.last = cg.back();
       } else if (part == 1) {
-        std::vector<int> extra;
-        if (lc.moe) {
+        if (lc.moe && pl_.fused) {  // the gate/up GEMM's input gradient fused into the dispatch's
+          const auto k = fused_kernel(
+              c,
+              [&](double x) {
+                return compute(OpKind::kExpertBackwardInput, w, l, lc.expert_bwd * kGateUpShare * x,
+                               Stream::kBackward);
+              },
+              [&](double x) { return comm(OpKind::kAllToAll, w, w, l, lc.dispatch_bytes * x); },
+              [&](Op o) { return add(std::move(o), c); });
+          weight(w, c, OpKind::kExpertBackwardWeight, l, -1, lc.expert_wgrad, lc.expert_activation_bytes,
+                 k[0]);
+          c.last = k[1];
+        } else if (lc.moe) {
           int last_dg = -1;
           for (int k = 0; k < nc; ++k) {
             Op g = comm(OpKind::kAllToAll, w, w, l, lc.dispatch_bytes / nc);
@@ -342,6 +394,28 @@ class PipelineEmitter {
         if (std::find(op.deps.begin(), op.deps.end(), d) == op.deps.end()) op.deps.push_back(d);
       link_input(c, before);
     }
+  }
+
+  // One fused kernel of Comet (Zhang et al., MLSys'25, arXiv 2502.19811; Flux's
+  // GemmGroupedV3AGScatter / GemmGroupedV3GatherRS): stage `one` feeds stage `two` tile by
+  // tile over t = chunks tiles. Four ops whatever t: one's first tile (added by `first`,
+  // which sets its dependencies), one's other tiles, two's first t − 1 tiles beside them,
+  // two's last tile after both, so that uncontended the kernel takes a + max((t − 1)a,
+  // (t − 1)b) + b, the two-stage pipeline's closed form (a, b: one tile of each stage).
+  // `make(x)` builds a stage's op for share x of its work. Returns {one's end, two's end}.
+  template <class One, class Two, class First>
+  std::array<int, 2> fused_kernel(const Chain& c, One one, Two two, First first) {
+    const int t = pl_.chunks;
+    const double tile = 1.0 / t;
+    const auto chained = [&](Op o, std::vector<int> deps) {
+      o.deps.insert(o.deps.end(), deps.begin(), deps.end());
+      return s_.add(with_meta(std::move(o), c));
+    };
+    const int one_head = first(one(t > 1 ? tile : 1.0));
+    if (t == 1) return {one_head, chained(two(1.0), {one_head})};
+    const int one_end = chained(one(1 - tile), {one_head});
+    const int two_body = chained(two(1 - tile), {one_head});
+    return {one_end, chained(two(tile), {one_end, two_body})};
   }
 
   Op with_meta(Op o, const Chain& c) const {

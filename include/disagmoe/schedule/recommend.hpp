@@ -131,8 +131,9 @@ inline Recommendation verdict(const RankedSchedule& win, const RankedSchedule& l
 /// cannot run the batch is left out; ConfigError when none can. Cost: one simulate_best per colocated
 /// schedule (≈ 30 deployments each on 128 GPUs) plus one.
 inline Recommendation recommend(const plan::AnalyticModel& model, const plan::Allocation& x,
-                                const std::vector<std::string>& colocated = {"1f1b", "interleaved", "a2a-overlap",
-                                                                             "chunked", "dualpipe", "dualpipev"}) {
+                                const std::vector<std::string>& colocated = {
+                                    "1f1b", "interleaved", "a2a-overlap", "chunked", "comet", "dualpipe",
+                                    "dualpipev"}) {
   std::vector<RankedSchedule> all;
   std::optional<RankedSchedule> af;
   const double batch_tokens = double(model.options().global_batch) * model.model().seq_len;

@@ -27,14 +27,15 @@
 namespace disagmoe::schedule {
 
 /// Command-line names of the shipped policies, in comparison order.
-inline constexpr std::array<std::string_view, 7> kScheduleNames{
-    AFPipe::kName, OneFOneB::kName, Interleaved1F1B::kName, A2AOverlap::kName,
-    ChunkedOverlap::kName, DualPipe::kName, DualPipeV::kName};
+inline constexpr std::array<std::string_view, 8> kScheduleNames{
+    AFPipe::kName,         OneFOneB::kName,     Interleaved1F1B::kName, A2AOverlap::kName,
+    ChunkedOverlap::kName, CometOverlap::kName, DualPipe::kName,        DualPipeV::kName};
 
 /// Run-time knobs of the shipped policies.
 struct PolicyKnobs {
-  int virtual_stages = 2;   ///< interleaved, a2a-overlap, chunked
+  int virtual_stages = 2;   ///< interleaved, a2a-overlap, chunked, comet
   int chunks = 4;           ///< chunked
+  int tiles = 16;           ///< comet
   int af_group_size = 0;    ///< afpipe (0: auto)
   bool af_fuse = true;      ///< afpipe stage alignment
   bool af_uses_sms = true;  ///< afpipe M2N kernels on SMs
@@ -44,7 +45,8 @@ struct PolicyKnobs {
 inline void check_schedule_name(std::string_view name) {
   for (auto n : kScheduleNames)
     if (n == name) return;
-  fail("schedule", name, "one of afpipe, 1f1b, interleaved, a2a-overlap, chunked, dualpipe, dualpipev");
+  fail("schedule", name,
+       "one of afpipe, 1f1b, interleaved, a2a-overlap, chunked, comet, dualpipe, dualpipev");
 }
 
 /// Builds the schedule called `name` over `pb`. ConfigError for an unknown name or
@@ -56,6 +58,7 @@ inline Schedule build_schedule(std::string_view name, const Problem& pb, const P
   if (name == Interleaved1F1B::kName) return Interleaved1F1B{k.virtual_stages}.build(pb);
   if (name == A2AOverlap::kName) return A2AOverlap{k.virtual_stages}.build(pb);
   if (name == ChunkedOverlap::kName) return ChunkedOverlap{k.chunks, k.virtual_stages}.build(pb);
+  if (name == CometOverlap::kName) return CometOverlap{k.tiles, k.virtual_stages}.build(pb);
   if (name == DualPipe::kName) return DualPipe{}.build(pb);
   return DualPipeV{}.build(pb);
 }

@@ -37,6 +37,11 @@ struct TimelineCost {
 /// all-to-alls); plus a pipeline send each way (at most one hand-off per layer).
 constexpr std::int64_t ops_per_layer(std::int64_t chunks) { return 5 + 7 * chunks; }
 
+/// The same for Comet's fused kernels (CometOverlap), whatever their tiles: attention
+/// and two fused kernels of four ops forward; two fused kernels, the experts' weight
+/// gradient and attention's two gradients backward; a pipeline send each way.
+inline constexpr std::int64_t kFusedOpsPerLayer = 1 + 8 + 8 + 1 + 2 + 2;
+
 /// Ops of one micro-batch outside the layers: the embedding's forward and weight
 /// gradient, the output head's forward, input and weight gradients (Problem::embedding_head).
 inline constexpr std::int64_t kEmbeddingHeadOps = 5;
@@ -57,8 +62,9 @@ inline TimelineCost timeline_cost(std::string_view schedule, const ModelSpec& m,
                              : checked_mul(batch / std::max(1, m.micro_batch),
                                            std::max(1, o.context_parallel), "context_parallel"));
   const std::int64_t nc = schedule == ChunkedOverlap::kName ? std::max(1, chunks) : 1;
+  const std::int64_t per_layer = schedule == CometOverlap::kName ? kFusedOpsPerLayer : ops_per_layer(nc);
   const std::int64_t per_mb =
-      checked_add(checked_mul(m.layers, ops_per_layer(nc), "chunks"), kEmbeddingHeadOps, "chunks");
+      checked_add(checked_mul(m.layers, per_layer, "chunks"), kEmbeddingHeadOps, "chunks");
   t.ops = checked_add(checked_mul(t.micro_batches, per_mb, "micro_batches"), 4 * std::int64_t{m.layers},
                       "micro_batches");
   t.bytes = kBytesPerOp * static_cast<double>(t.ops);
