@@ -12,6 +12,9 @@ deep() { head -c "$1" /dev/zero | tr '\0' "$2"; }
 echo '{"preset": "olmoe-1b-7b", "layers": 1e999}' >"$d/overflow_number.json"
 echo '{"preset": "olmoe-1b-7b", "layers": 99999999999999999999999}' >"$d/overflow_integer.json"
 echo '{"preset": "olmoe-1b-7b", "layers": 2000000000}' >"$d/huge_layers.json"
+# Unsigned in the document: 2^64 - 1 must not be read (or named) as -1, 2^63 not as -2^63.
+echo '{"preset": "olmoe-1b-7b", "layers": 18446744073709551615}' >"$d/unsigned_layers.json"
+echo '{"preset": "olmoe-1b-7b", "layers": 9223372036854775808}' >"$d/sign_bit_layers.json"
 echo '{"preset": "olmoe-1b-7b", "layers": 200000, "first_dense_layers": 0}' >"$d/many_layers.json"
 echo '{"preset": "olmoe-1b-7b", "hidden": 2000000000, "vocab": 2000000000}' >"$d/huge_hidden.json"
 echo '{"preset": "olmoe-1b-7b", "expert_ffn": 2000000000, "experts": 60000, "top_k": 8}' >"$d/huge_experts.json"

@@ -102,6 +102,10 @@ void read_object(const Json& j, const std::string& path, S& out);
 inline void read_value(const Json& j, const std::string& path, int& out) {
   if (!j.is_number_integer())
     fail<IoError>(path, brief(j), "an integer, not " + type_name(j));
+  // Beyond 2^63 the value is unsigned in the document: named as written, not wrapped.
+  if (j.is_number_unsigned() &&
+      j.get<unsigned long long>() > static_cast<unsigned long long>(std::numeric_limits<int>::max()))
+    fail<IoError>(path, j.get<unsigned long long>(), "an integer that fits 32 bits");
   const auto v = j.get<long long>();
   if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
     fail<IoError>(path, v, "an integer that fits 32 bits");

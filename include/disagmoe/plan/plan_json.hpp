@@ -163,7 +163,8 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
     auto same = [&](const char* key, const std::string& ours, const char* what) {
       if (!j.contains(key)) return;
       std::string theirs;
-      if (j.at(key).is_number_integer()) theirs = std::to_string(j.at(key).get<long long>());
+      if (j.at(key).is_number_integer())
+        theirs = j.at(key).dump();  // unsigned beyond 2^63 as written
       else read_value(j.at(key), path + "." + key, theirs);
       expect<IoError>(theirs == ours, path + "." + key, theirs,
                       std::string("the ") + what + " of this run (" + ours + "): plan again for it");
