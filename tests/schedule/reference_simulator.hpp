@@ -69,8 +69,8 @@ class Simulator {
     head_.assign(nw, {0, 0, 0});
     for (std::size_t w = 0; w < nw; ++w) {
       for (int k = 0; k < kStreams; ++k) try_start_head(static_cast<int>(w), k);
-      if (!s_.workers[w].in_order_comm)
-        for (int id : s_.order[w][2]) try_start(id);
+      for (int id : s_.order[w][2])
+        if (outside_stream_order(s_, s_.ops[static_cast<std::size_t>(id)])) try_start(id);
     }
     while (!events_.empty()) {
       const Event e = events_.top();
@@ -132,7 +132,7 @@ class Simulator {
     const Op& op = s_.ops[static_cast<std::size_t>(id)];
     const auto w = static_cast<std::size_t>(op.worker);
     const auto k = static_cast<std::size_t>(op.stream);
-    if (op.stream == Stream::kComm && !s_.workers[w].in_order_comm) return true;
+    if (outside_stream_order(s_, op)) return true;
     const auto& q = s_.order[w][k];
     return head_[w][k] < q.size() && q[head_[w][k]] == id;
   }
@@ -140,7 +140,9 @@ class Simulator {
   void try_start_head(int w, int k) {
     const auto& q = s_.order[static_cast<std::size_t>(w)][static_cast<std::size_t>(k)];
     if (k == 2 && !s_.workers[static_cast<std::size_t>(w)].in_order_comm) return;
-    const std::size_t h = head_[static_cast<std::size_t>(w)][static_cast<std::size_t>(k)];
+    std::size_t& h = head_[static_cast<std::size_t>(w)][static_cast<std::size_t>(k)];
+    while (h < q.size() && outside_stream_order(s_, s_.ops[static_cast<std::size_t>(q[h])]))
+      ++h;  // posted sends
     if (h < q.size()) try_start(q[h]);
   }
 
@@ -295,7 +297,7 @@ class Simulator {
     // Release the stream, then wake dependents.
     const auto w = static_cast<std::size_t>(op.worker);
     const auto k = static_cast<std::size_t>(op.stream);
-    if (op.stream != Stream::kComm || s_.workers[w].in_order_comm) {
+    if (!outside_stream_order(s_, op)) {
       ++head_[w][k];
       try_start_head(op.worker, static_cast<int>(k));
     }
@@ -333,11 +335,11 @@ class Simulator {
     for (std::size_t w = 0; w < s_.workers.size(); ++w)
       for (std::size_t k = 0; k < kStreams; ++k) {
         const auto& q = s_.order[w][k];
-        if (k == 2 && !s_.workers[w].in_order_comm) {
-          for (int id : q) blocked(id);
-        } else if (head_[w][k] < q.size()) {
-          blocked(q[head_[w][k]]);
-        }
+        if (k == 2)
+          for (int id : q)
+            if (outside_stream_order(s_, s_.ops[static_cast<std::size_t>(id)])) blocked(id);
+        if (k == 2 && !s_.workers[w].in_order_comm) continue;
+        if (head_[w][k] < q.size()) blocked(q[head_[w][k]]);
       }
     res_.deadlock_report = os.str();
   }

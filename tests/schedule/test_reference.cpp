@@ -69,7 +69,9 @@ std::vector<ds::Worker> random_workers(std::mt19937_64& rng, int n, ds::Role rol
     w.nvlink_bandwidth = 1e10;
     w.peak_flops = 1e12;
     w.static_bytes = 100;
-    w.in_order_comm = rng() % 2 == 0;
+    const auto order = rng();  // one draw for both, so the graphs of every seed stay as they were
+    w.in_order_comm = order % 2 == 0;
+    w.posted_sends = (order >> 1) % 2 == 0;
     ws.push_back(w);
   }
   return ws;

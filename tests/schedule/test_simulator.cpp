@@ -54,6 +54,39 @@ ds::Op work(int w, ds::Stream st, double sec) {
 }
 }  // namespace
 
+TEST_CASE("posted sends keep no turn on an in-order comm stream; all-to-alls still do") {
+  // Worker 0's comm stream: all-to-all A (1000 B over its NVLink at 1000 B/s: 1 s), a
+  // send S of 300 B to worker 1 over the NICs (100 B/s: 3 s), all-to-all B (1 s);
+  // worker 1 computes 1 s once S has landed.
+  ds::Op a2a;
+  a2a.kind = ds::OpKind::kAllToAll;
+  a2a.stream = ds::Stream::kComm;
+  a2a.worker = a2a.peer = 0;
+  a2a.bytes = 1000;
+  for (bool posted : {false, true}) {
+    auto s = two_workers(true);
+    s.workers[0].a2a_nic_share = 0;
+    s.workers[0].a2a_nvlink_share = 1;
+    s.workers[0].posted_sends = posted;
+    s.add(a2a);
+    s.add(send(0, 1, 300));
+    s.add(a2a);
+    ds::Op after = work(1, ds::Stream::kForward, 1);
+    after.deps = {1};
+    s.add(after);
+    const auto r = ds::simulate(s);
+    CAPTURE(posted);
+    REQUIRE_FALSE(r.deadlocked);
+    // In turn: A [0, 1], S [1, 4], B [4, 5]. Posted: S [0, 3] beside A [0, 1], B [1, 2].
+    CHECK(r.timings[0].end == doctest::Approx(1.0));
+    CHECK(r.timings[1].start == doctest::Approx(posted ? 0.0 : 1.0));
+    CHECK(r.timings[1].end == doctest::Approx(posted ? 3.0 : 4.0));
+    CHECK(r.timings[2].start == doctest::Approx(posted ? 1.0 : 4.0));
+    CHECK(r.timings[3].start == doctest::Approx(posted ? 3.0 : 4.0));
+    CHECK(r.step_seconds == doctest::Approx(posted ? 4.0 : 5.0));
+  }
+}
+
 TEST_CASE("bandwidth: concurrent flows share a NIC, in-order streams serialise, latency adds") {
   {
     auto s = two_workers(false);

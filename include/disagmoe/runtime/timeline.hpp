@@ -234,7 +234,7 @@ inline schedule::Schedule calibrated_all_to_alls(schedule::Schedule s, const io:
         const double start = std::max(m[i].first, std::min(previous_end, m[i].second));
         s.ops[i].seconds = std::max(0.0, (m[i].second - start) - (sim[i].second - sim[i].first));
       }
-      if (s.workers[w].in_order_comm) previous_end = m[i].second;
+      if (!schedule::outside_stream_order(s, s.ops[i])) previous_end = m[i].second;
     }
   }
   return s;
@@ -272,6 +272,7 @@ inline double comm_cpu_share(const schedule::Schedule& s, const io::TraceRun& ru
 /// the schedule, keeps its modelled cost.
 inline schedule::Schedule calibrated(schedule::Schedule s, const io::TraceRun& run,
                                      std::span<const std::vector<MeasuredOp>> timelines = {}, int host_cores = 0) {
+  for (auto& w : s.workers) w.posted_sends = true;  // the runtime posts a send and moves on
   s = calibrated_compute(std::move(s), run, timelines);
   s.network.host_cores = host_cores;
   if (host_cores > 0) {

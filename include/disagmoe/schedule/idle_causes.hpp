@@ -68,8 +68,12 @@ class IdleAttribution {
     for (std::size_t w = 0; w < s.order.size(); ++w)
       for (int k = 0; k < kStreams; ++k) {
         if (k == static_cast<int>(Stream::kComm) && !s.workers[w].in_order_comm) continue;
-        const auto& ids = s.order[w][static_cast<std::size_t>(k)];
-        for (std::size_t i = 1; i < ids.size(); ++i) prev_[static_cast<std::size_t>(ids[i])] = ids[i - 1];
+        int before = -1;  // posted sends keep no turn (outside_stream_order)
+        for (const int id : s.order[w][static_cast<std::size_t>(k)]) {
+          if (outside_stream_order(s, s.ops[static_cast<std::size_t>(id)])) continue;
+          prev_[static_cast<std::size_t>(id)] = before;
+          before = id;
+        }
       }
   }
 

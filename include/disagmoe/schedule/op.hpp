@@ -116,6 +116,11 @@ struct Worker {
   /// false: each comm op starts as soon as its dependencies are done and concurrent ones
   /// share bandwidth (a message engine such as an RDMA M2N channel, StepMesh/MegaScale-Infer).
   bool in_order_comm = true;
+  /// true: its pipeline sends (kSend) start as soon as their dependencies are done,
+  /// beside the comm stream's turn order, as a send that is posted and left to the
+  /// network does (the CPU runtime's loopback and MPI transports); false: each takes its
+  /// turn on the in-order comm stream like the all-to-alls.
+  bool posted_sends = false;
   /// All-to-all link loads: bytes over this group's NIC and over its NVLink per byte of
   /// an all-to-all op (op.bytes). Negative: destinations spread evenly over all `gpus`
   /// of the group (the own GPU's share stays local). Set by the cost adapter when the
@@ -207,6 +212,15 @@ struct Schedule {
     return n;
   }
 };
+
+/// True when `op` starts as soon as its dependencies are done instead of at its turn in
+/// its stream: a comm op of a worker whose comm stream is not in order, or a pipeline
+/// send of a worker that posts its sends (Worker::posted_sends). O(1).
+inline bool outside_stream_order(const Schedule& s, const Op& op) {
+  if (op.stream != Stream::kComm) return false;
+  const Worker& w = s.workers[static_cast<std::size_t>(op.worker)];
+  return !w.in_order_comm || (w.posted_sends && op.kind == OpKind::kSend);
+}
 
 namespace detail {
 

@@ -402,7 +402,8 @@ class PipelineEmitter {
   // which sets its dependencies), one's other tiles, two's first t − 1 tiles beside them,
   // two's last tile after both, so that uncontended the kernel takes a + max((t − 1)a,
   // (t − 1)b) + b, the two-stage pipeline's closed form (a, b: one tile of each stage).
-  // `make(x)` builds a stage's op for share x of its work. Returns {one's end, two's end}.
+  // `one(x)` and `two(x)` build their stage's op for share x of its work. Returns {one's
+  // end, two's end}.
   template <class One, class Two, class First>
   std::array<int, 2> fused_kernel(const Chain& c, One one, Two two, First first) {
     const int t = pl_.chunks;

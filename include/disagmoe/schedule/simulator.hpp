@@ -5,7 +5,8 @@
 /// Rules (issue 5; the recurrence of sail-sg's `transform_schedule` generalised to
 /// shared resources):
 /// - an op starts when it heads its (worker, stream) queue and all its deps are done;
-///   comm ops of a worker with `in_order_comm == false` start as soon as deps are done;
+///   comm ops of a worker with `in_order_comm == false`, and pipeline sends of one with
+///   `posted_sends`, start as soon as deps are done;
 /// - compute ops progress at 1/seconds, divided equally among the compute ops running on
 ///   the worker (fwd and bwd streams share the GPU), times (1 - comm_sm_fraction) while an
 ///   SM-using comm op touches the worker and (1 - rdma_sm_fraction) less while an RDMA
@@ -22,10 +23,10 @@
 ///   cores shared in proportion to demand);
 /// - a comm op first waits its message latency (plus its own `seconds`: an overhead
 ///   measured for it, 0 unless calibrated), then moves its bytes (one that moves none
-///   takes its overhead alone, without a latency); intra-node bytes go over NVLink, the rest over the worker's NIC
-///   share, each direction a separate resource per worker; flows on a resource share it
-///   equally and the op advances at its slowest resource's pace (processor sharing, no
-///   max-min refinement);
+///   takes its overhead alone, without a latency); intra-node bytes go over NVLink, the
+///   rest over the worker's NIC share, each direction a separate resource per worker;
+///   flows on a resource share it equally and the op advances at its slowest resource's
+///   pace (processor sharing, no max-min refinement);
 /// - when nothing can run and ops remain, the step is reported as deadlocked with the
 ///   ops each blocked stream waits on.
 #pragma once
@@ -136,7 +137,7 @@ class Simulator {
       for (int d : op.deps) ++succ_start_[static_cast<std::size_t>(d) + 1];
       Node& o = nodes_[i];
       o = Node{};
-      if (op.stream == Stream::kComm && !s_.workers[static_cast<std::size_t>(op.worker)].in_order_comm)
+      if (outside_stream_order(s_, op))
         o.flags |= kUnordered;
       else
         o.pos = slots_.pos[i];
@@ -182,8 +183,8 @@ class Simulator {
     core_next_ = 0;
     for (std::size_t w = 0; w < nw; ++w) {
       for (int k = 0; k < kStreams; ++k) try_start_head(static_cast<int>(w), k);
-      if (!s_.workers[w].in_order_comm)
-        for (int id : s_.order[w][2]) try_start(id);
+      for (int id : s_.order[w][2])
+        if ((nodes_[static_cast<std::size_t>(id)].flags & kUnordered) != 0) try_start(id);
     }
     while (!heap_.empty()) {
       const Entry e = pop();
@@ -313,6 +314,10 @@ class Simulator {
   void try_start_head(int w, int k) {
     if (k == 2 && !s_.workers[static_cast<std::size_t>(w)].in_order_comm) return;
     const std::size_t wk = static_cast<std::size_t>(w) * kStreams + static_cast<std::size_t>(k);
+    // Posted sends (Worker::posted_sends) keep no turn: the head passes over them.
+    while (head_[wk] < slots_.begin[wk + 1] &&
+           (nodes_[static_cast<std::size_t>(q_[head_[wk]])].flags & kUnordered) != 0)
+      ++head_[wk];
     if (head_[wk] < slots_.begin[wk + 1]) try_start(q_[head_[wk]]);
   }
 
@@ -557,11 +562,11 @@ class Simulator {
     for (std::size_t w = 0; w < s_.workers.size(); ++w)
       for (std::size_t k = 0; k < kStreams; ++k) {
         const std::size_t wk = w * kStreams + k;
-        if (k == 2 && !s_.workers[w].in_order_comm) {
-          for (int id : s_.order[w][k]) blocked(id);
-        } else if (head_[wk] < slots_.begin[wk + 1]) {
-          blocked(q_[head_[wk]]);
-        }
+        if (k == 2)
+          for (int id : s_.order[w][k])
+            if ((node(id).flags & kUnordered) != 0) blocked(id);
+        if (k == 2 && !s_.workers[w].in_order_comm) continue;
+        if (head_[wk] < slots_.begin[wk + 1]) blocked(q_[head_[wk]]);
       }
     res_.deadlock_report = os.str();
   }
