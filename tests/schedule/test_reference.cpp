@@ -155,7 +155,7 @@ TEST_CASE("fast simulator = reference simulator on every policy over random prob
       INFO("seed " << seed << " policy " << name);
       const bool af = name == ds::AFPipe::kName;
       ds::PolicyKnobs k;
-      k.chunks = 1 + static_cast<int>(rng() % 3);
+      k.chunks = k.tiles = 1 + static_cast<int>(rng() % 3);  // comet's one-tile kernels too
       k.af_uses_sms = rng() % 2 == 0;
       k.af_fuse = rng() % 2 == 0;
       ds::Schedule s;

@@ -401,7 +401,9 @@ class PipelineEmitter {
   // tile over t = chunks tiles. Four ops whatever t: one's first tile (added by `first`,
   // which sets its dependencies), one's other tiles, two's first t − 1 tiles beside them,
   // two's last tile after both, so that uncontended the kernel takes a + max((t − 1)a,
-  // (t − 1)b) + b, the two-stage pipeline's closed form (a, b: one tile of each stage).
+  // (t − 1)b) + b, the two-stage pipeline's closed form (a, b: one tile of each stage),
+  // where a comm stage pays its message latency twice (first tile, then the rest): µs
+  // against the ms of a layer's GEMMs.
   // `one(x)` and `two(x)` build their stage's op for share x of its work. Returns {one's
   // end, two's end}.
   template <class One, class Two, class First>

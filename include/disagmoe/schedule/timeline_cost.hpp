@@ -51,7 +51,8 @@ inline constexpr std::int64_t kEmbeddingHeadOps = 5;
 /// at most global_batch / micro_batch × context_parallel (1 when 0: the degree a search always runs;
 /// simulate_best skips larger degrees whose timelines exceed the budgets; a layout's data-parallel
 /// width only divides them), each layer of each micro-batch emits at most
-/// ops_per_layer ops (plus kEmbeddingHeadOps per micro-batch), and every layer adds at most four gradient
+/// ops_per_layer ops (kFusedOpsPerLayer for comet, whatever its tiles; plus
+/// kEmbeddingHeadOps per micro-batch), and every layer adds at most four gradient
 /// all-reduces. O(1); checked 64-bit arithmetic (ConfigError naming the micro-batches or chunks on overflow).
 inline TimelineCost timeline_cost(std::string_view schedule, const ModelSpec& m, const CostOptions& o,
                                   int chunks = 1) {
