@@ -57,14 +57,7 @@ TEST_CASE("comet: one tile is the unchunked interleaved schedule; ops do not gro
     const int p = 1 + static_cast<int>(rng() % 3);
     const int v = 1 + static_cast<int>(rng() % 2);
     const int m = p * (1 + static_cast<int>(rng() % 3));
-    ds::Problem pb;
-    pb.workers = ds::uniform_workers(p, ds::Role::kColocated, 1e9, 1e10);
-    pb.network.nic_latency = 0.01;
-    pb.network.comm_sm_fraction = seed % 2 ? 0.15 : 0.0;
-    pb.micro_batches = m;
-    pb.tokens_per_micro_batch = 100;
-    pb.flops_per_micro_batch = 1e9;
-    for (int l = 0; l < p * v * 2; ++l) pb.layers.push_back(ds::test::random_layer(rng, true));
+    const auto pb = ds::test::random_problem(rng, p, p * v * 2, m, true, seed % 2 ? 0.15 : 0.0);
     CAPTURE(seed);
     const auto one_tile = ds::simulate(ds::CometOverlap{1, v}.build(pb));
     const auto unchunked = ds::simulate(ds::ChunkedOverlap{1, v}.build(pb));

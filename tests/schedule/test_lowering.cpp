@@ -22,14 +22,7 @@ namespace ds = disagmoe::schedule;
 namespace {
 
 ds::Problem random_problem(std::mt19937_64& rng, int workers, int layers, int m) {
-  ds::Problem p;
-  p.workers = ds::uniform_workers(workers, ds::Role::kColocated, 1e9, 1e10);
-  p.network.nic_latency = 0.01;
-  p.micro_batches = m;
-  p.tokens_per_micro_batch = 100;
-  p.flops_per_micro_batch = 1e9;
-  for (int l = 0; l < layers; ++l) p.layers.push_back(ds::test::random_layer(rng, true));
-  return p;
+  return ds::test::random_problem(rng, workers, layers, m, true);
 }
 
 std::vector<ds::Schedule> random_schedules(std::uint64_t seed) {

@@ -24,15 +24,7 @@ namespace ds = disagmoe::schedule;
 namespace {
 
 ds::Problem random_problem(std::mt19937_64& rng, int workers, int layers, int m, bool comm) {
-  ds::Problem p;
-  p.workers = ds::uniform_workers(workers, ds::Role::kColocated, 1e9, 1e10);
-  p.network.nic_latency = comm ? 0.01 : 0;
-  p.network.comm_sm_fraction = comm ? 0.15 : 0;
-  p.micro_batches = m;
-  p.tokens_per_micro_batch = 100;
-  p.flops_per_micro_batch = 1e9;
-  for (int l = 0; l < layers; ++l) p.layers.push_back(ds::test::random_layer(rng, comm));
-  return p;
+  return ds::test::random_problem(rng, workers, layers, m, comm, comm ? 0.15 : 0.0);
 }
 
 void check_properties(const ds::Schedule& s, const ds::SimResult& r) {

@@ -56,6 +56,22 @@ inline LayerCost random_layer(std::mt19937_64& rng, bool comm) {
   return c;
 }
 
+/// `workers` colocated one-GPU workers (1 GB/s NICs, 10 GB/s NVLink), `layers` random
+/// layers (random_layer: with comm bytes when `comm`, and then 10 ms of message latency),
+/// `m` micro-batches, comm kernels holding `sm_fraction` of the SMs.
+inline Problem random_problem(std::mt19937_64& rng, int workers, int layers, int m, bool comm,
+                              double sm_fraction = 0) {
+  Problem p;
+  p.workers = uniform_workers(workers, Role::kColocated, 1e9, 1e10);
+  p.network.nic_latency = comm ? 0.01 : 0;
+  p.network.comm_sm_fraction = sm_fraction;
+  p.micro_batches = m;
+  p.tokens_per_micro_batch = 100;
+  p.flops_per_micro_batch = 1e9;
+  for (int l = 0; l < layers; ++l) p.layers.push_back(random_layer(rng, comm));
+  return p;
+}
+
 /// A small real setting: OLMoE-1B-7B at `seq_len` on two H800 nodes, 64 sequences per step.
 struct SmallSetting {
   ModelSpec model;
