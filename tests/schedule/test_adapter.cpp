@@ -44,6 +44,43 @@ TEST_CASE("colocated problem: layout, micro-batches and FLOPs recount") {
   CHECK_THROWS_WITH_AS(ds::colocated_problem(m, c, {7}, o), doctest::Contains("stages = 7"), disagmoe::ConfigError);
 }
 
+TEST_CASE("colocated problem: pipeline sends are posted beside the all-to-alls, which keep their turns") {
+  // Megatron's pipeline sends run on their own NCCL stream: on an in-order comm stream
+  // no two comm ops of a worker overlap, so any overlap of a send with an all-to-all of
+  // the same worker shows the send kept no turn; the all-to-alls never overlap.
+  auto m = disagmoe::model_preset("olmoe-1b-7b");
+  m.seq_len = 4096;
+  const auto c = disagmoe::parse_cluster_name("h800x128:2");
+  ds::CostOptions o;
+  o.micro_batches = 8;
+  const auto pb = ds::colocated_problem(m, c, {2}, o);
+  for (const auto& w : pb.workers) CHECK(w.posted_sends);
+  for (const char* name : {"1f1b", "a2a-overlap"}) {
+    CAPTURE(name);
+    for (bool posted : {true, false}) {
+      CAPTURE(posted);
+      ds::Schedule s = ds::build_schedule(name, pb);
+      for (auto& w : s.workers) w.posted_sends = posted;
+      const auto r = ds::simulate(s);
+      REQUIRE_FALSE(r.deadlocked);
+      int send_overlaps = 0, a2a_overlaps = 0;
+      for (std::size_t i = 0; i < s.ops.size(); ++i)
+        for (std::size_t j = i + 1; j < s.ops.size(); ++j) {
+          const auto &a = s.ops[i], &b = s.ops[j];
+          if (a.stream != ds::Stream::kComm || b.stream != ds::Stream::kComm || a.worker != b.worker)
+            continue;
+          const auto &ta = r.timings[i], &tb = r.timings[j];
+          if (std::max(ta.start, tb.start) >= std::min(ta.end, tb.end)) continue;
+          const bool a_send = a.kind == ds::OpKind::kSend, b_send = b.kind == ds::OpKind::kSend;
+          if (a_send != b_send) ++send_overlaps;
+          if (!a_send && !b_send) ++a2a_overlaps;
+        }
+      CHECK(a2a_overlaps == 0);
+      CHECK((send_overlaps > 0) == posted);
+    }
+  }
+}
+
 TEST_CASE("AF problem: expert work per F GPU scales with A/F group sizes; tokens match colocated") {
   const auto m = disagmoe::model_preset("qwen3-235b-a22b");
   const auto c = disagmoe::cluster_preset("h800x128");

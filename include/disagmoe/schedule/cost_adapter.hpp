@@ -278,6 +278,10 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
     w.role = Role::kColocated;
     w.a2a_nic_share = rows.nic_rows / rows.rows;
     w.a2a_nvlink_share = rows.nvlink_rows / rows.rows;
+    // Megatron posts pipeline sends on the pipeline group's communicator, which PyTorch's
+    // ProcessGroupNCCL serves on its own CUDA stream: an expert-parallel all-to-all (its
+    // own group, its own stream) never queues behind one.
+    w.posted_sends = true;
     p.workers.push_back(w);
   }
   p.network = network_of(c);

@@ -118,10 +118,11 @@ struct Worker {
   bool in_order_comm = true;
   /// true: its pipeline sends (kSend) start as soon as their dependencies are done,
   /// beside the comm stream's turn order, as a send that is posted and left to the
-  /// network does (the CPU runtime's loopback and MPI transports); false: each takes its
+  /// network does (the CPU runtime's loopback and MPI transports; on GPUs a pipeline
+  /// group with its own NCCL stream, as colocated_problem sets); false: each takes its
   /// turn on the in-order comm stream like the all-to-alls. The runtime still posts a
   /// send at its turn; the pipelines emitted here always have it ready by then, so the
-  /// two agree. Lowering (lowering.hpp) reads the policy's schedule, where it is false.
+  /// two agree. Lowering (lowering.hpp) keeps the sends in the comm issue order either way.
   bool posted_sends = false;
   /// All-to-all link loads: bytes over this group's NIC and over its NVLink per byte of
   /// an all-to-all op (op.bytes). Negative: destinations spread evenly over all `gpus`
