@@ -17,6 +17,7 @@
 #include <iostream>
 #include <new>
 #include <string>
+#include <string_view>
 
 namespace disagmoe::cli {
 
@@ -48,6 +49,21 @@ inline void add_budget(CLI::App& app, const char* name, std::int64_t Limits::*me
 inline void add_max_memory(CLI::App& app) {
   detail::add_budget(app, "--max-memory", &Limits::max_memory_bytes, double(1 << 20),
                      "host memory budget in bytes for the data structures an input sizes (default 16 GiB)", "BYTES");
+}
+
+/// `--optimizer-bytes BYTES`: optimizer state per parameter (plan::MemoryOptions::
+/// optimizer_bytes) for the memory model of every schedule, into `bytes`.
+inline void add_optimizer_bytes(CLI::App& app, double& bytes) {
+  app.add_option("--optimizer-bytes", bytes,
+                 "bytes of optimizer state per parameter: 12 = fp32 master weights and fp32 Adam moments "
+                 "(ZeRO's K), 8 = fp32 master weights and bf16 moments (as DeepSeek-V3 trains)")
+      ->capture_default_str()
+      ->type_name("BYTES");
+}
+
+/// Validates optimizer bytes per parameter named `field`: 0 (plain SGD keeps none) to 64.
+inline void expect_optimizer_bytes(double bytes, std::string_view field = "--optimizer-bytes") {
+  expect_finite_in(field, bytes, 0, 64);
 }
 
 /// `--max-output BYTES`: the largest file (limits.hpp) a program may be asked to write.

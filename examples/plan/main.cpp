@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
   int seq_len = 0, micro_batch = 0, global_batch = 0, context_parallel = 0, group_factor = 0;
   bool json = false, rdma_m2n = false, no_recommend = false;
   long refine_evaluations = 0;
-  double sm_fraction = 0;
+  double sm_fraction = 0, optimizer_bytes = plan::kDefaultMemory.optimizer_bytes;
   app.add_option("--model", model_arg, "a model preset name or a JSON file")->required();
   app.add_option("--cluster", cluster_arg, "a cluster preset, NAME:NODES, or a JSON file")->required();
   app.add_option("--seq-len", seq_len, "tokens per sequence (default: the model's)");
@@ -132,6 +132,7 @@ int main(int argc, char** argv) {
                  "share of SMs comm kernels hold on both ends of a transfer (default: the cluster's "
                  "kernel_comm_sm_fraction)");
   app.add_flag("--rdma-m2n", rdma_m2n, "M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction)");
+  cli::add_optimizer_bytes(app, optimizer_bytes);
   app.add_option(
          "--context-parallel", context_parallel,
          "GPUs of one node that split each sequence of the attention groups, passing keys and values in a "
@@ -172,7 +173,9 @@ int main(int argc, char** argv) {
       expect(global_batch > 0, "--global-batch", global_batch, "a positive number of sequences");
     expect_in("--context-parallel", context_parallel, 0, c.gpus_per_node);
     expect_in("--group-factor", group_factor, 0, 2);
+    cli::expect_optimizer_bytes(optimizer_bytes);
     plan::PlanOptions o;
+    o.memory.optimizer_bytes = optimizer_bytes;
     o.global_batch = global_batch;
     o.context_parallel = context_parallel;
     o.group_factor = group_factor;

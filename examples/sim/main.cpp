@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   int seq_len = 0, micro_batches = 0, global_batch = 0, micro_batch = 0, stages = 0, context_parallel = 0;
   int groups = 0, attention_gpus = 0, ffn_gpus = 0, attention_nics = -1, ffn_nics = -1;
   bool as_json = false, compare = false, no_dedup = false, search_layout = false, rdma_m2n = false;
-  double sm_fraction = -1;
+  double sm_fraction = -1, optimizer_bytes = disagmoe::plan::kDefaultMemory.optimizer_bytes;
   ds::PolicyKnobs knobs;
   ds::CostOptions cost;
   app.add_option("--model", model, "model preset or JSON file")->capture_default_str();
@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
                  "cluster's kernel_comm_sm_fraction)");
   app.add_flag("--rdma-m2n", rdma_m2n,
                "AF-Pipe's M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction) instead of kernels");
+  disagmoe::cli::add_optimizer_bytes(app, optimizer_bytes);
   app.add_flag("--embedding-head", cost.embedding_head,
                "schedule the embedding and output head as ops on the first and last layer's worker (AF-Pipe: its A "
                "groups)");
@@ -212,15 +213,21 @@ int main(int argc, char** argv) {
     std::optional<dz::io::Json> plan_json;
     if (!plan_file.empty()) {
       plan_json = dz::io::read_json_file(plan_file);
-      // The plan's micro-batch and batch, unless given here (one conversion: the step the
-      // plan predicted is the step simulated); when present, positive like the options.
-      auto take = [&](const char* key, const char* option, int& value) {
-        if (app.count(option) || !plan_json->is_object() || !plan_json->contains(key)) return;
+      // The plan's micro-batch, batch and optimizer state, unless given here (one
+      // conversion: the step the plan predicted is the step simulated); when present, in
+      // range like the options.
+      auto take = [&](const char* key, const char* option, auto& value) {
+        if (app.count(option) || !plan_json->is_object() || !plan_json->contains(key)) return false;
         dz::io::detail::read_value(plan_json->at(key), plan_file + ":$." + key, value);
-        dz::expect_in(std::string("--plan ") + key, value, 1, std::numeric_limits<int>::max());
+        return true;
       };
-      take("micro_batch", "--micro-batch", micro_batch);
-      take("global_batch", "--global-batch", global_batch);
+      constexpr int kMax = std::numeric_limits<int>::max();
+      if (take("micro_batch", "--micro-batch", micro_batch))
+        dz::expect_in("--plan micro_batch", micro_batch, 1, kMax);
+      if (take("global_batch", "--global-batch", global_batch))
+        dz::expect_in("--plan global_batch", global_batch, 1, kMax);
+      if (take("optimizer_bytes", "--optimizer-bytes", optimizer_bytes))
+        dz::cli::expect_optimizer_bytes(optimizer_bytes, "--plan optimizer_bytes");
     }
     if (app.count("--micro-batch") || micro_batch != 0) m.micro_batch = micro_batch;
     dz::validate(m, "--model");
@@ -243,6 +250,8 @@ int main(int argc, char** argv) {
     cost.global_batch = global_batch;
     cost.micro_batches = micro_batches;
     cost.dedup = !no_dedup;
+    if (app.count("--optimizer-bytes")) dz::cli::expect_optimizer_bytes(optimizer_bytes);
+    cost.memory.optimizer_bytes = optimizer_bytes;
     const bool cp_given = app.count("--context-parallel") > 0;
     if (cp_given) dz::expect_in("--context-parallel", context_parallel, 1, c.gpus_per_node);
     // Context parallelism: as given, else each schedule's best (0), except AF-Pipe on a

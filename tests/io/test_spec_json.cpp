@@ -145,8 +145,11 @@ TEST_CASE("hostile JSON files: depth, huge values, overflowing numbers and non-f
 TEST_CASE("a plan read back is the planner's allocation; anything else is a named error") {
   const ModelSpec m = model_preset("olmoe-1b-7b");
   const ClusterSpec c = parse_cluster_name("h800x128:2");
-  const plan::Plan p = plan::AdaptiveAllocator(m, c).plan();
+  plan::PlanOptions o;
+  o.memory.optimizer_bytes = 8;
+  const plan::Plan p = plan::AdaptiveAllocator(m, c, o).plan();
   const Json j = plan::to_json(p);
+  CHECK(j.at("optimizer_bytes").get<double>() == 8);  // the state the memory model assumed
   CHECK(plan::allocation_from_json(j, m, c) == p.allocation);
   CHECK(plan::allocation_from_json(j.at("allocation"), m, c) == p.allocation);  // the fields alone
   Json bad = j;

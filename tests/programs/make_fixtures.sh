@@ -46,6 +46,8 @@ echo '{"model": "olmoe-1b-7b", "cluster": "h100", "global_batch": -4, "allocatio
 echo '{"model": "olmoe-1b-7b", "cluster": "h100", "global_batch": 0, "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_zero_batch.json"
 echo '{"model": "olmoe-1b-7b", "cluster": "h100", "micro_batch": 0, "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_zero_micro.json"
 echo '{"preset": "h100", "kernel_comm_sm_fraction": 1}' >"$d/cluster_all_sms.json"
+echo '{"model": "olmoe-1b-7b", "cluster": "h100", "optimizer_bytes": -2, "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_bad_optimizer.json"
+echo '{"model": "olmoe-1b-7b", "cluster": "h100", "optimizer_bytes": "bf16", "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_text_optimizer.json"
 echo '{"groups": 1.5, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}' >"$d/plan_float.json"
 echo '{"groups": -1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}' >"$d/plan_negative.json"
 # A gzip bomb: 64 KiB that inflates to 256 MiB of one repeated MPS-looking line.

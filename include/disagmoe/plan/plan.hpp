@@ -41,6 +41,7 @@ struct Plan {
   int seq_len = 0;                            ///< tokens per sequence
   int micro_batch = 0;                        ///< sequences per micro-batch
   int global_batch = 0;                       ///< sequences per step
+  double optimizer_bytes = 0;                 ///< optimizer state per parameter the memory model assumed
   Allocation allocation;                      ///< the chosen allocation
   int attention_gpus = 0;                     ///< A GPUs in the cluster
   int attention_nics = 0;                     ///< A NICs in the cluster
@@ -135,6 +136,7 @@ inline Plan make_plan(const AnalyticModel& model, const Allocation& x, const Sea
   p.seq_len = m.seq_len;
   p.micro_batch = m.micro_batch;
   p.global_batch = model.options().global_batch;
+  p.optimizer_bytes = model.options().memory.optimizer_bytes;
   p.allocation = x;
   p.attention_gpus = attention_gpus(x, c);
   p.attention_nics = attention_nics(x, c);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file plan_json.hpp
-/// A Plan as JSON (needs target disagmoe::io). Keys: attention.{gpus,nics,group_size},
+/// A Plan as JSON (needs target disagmoe::io). Keys: model, cluster, seq_len,
+/// micro_batch, global_batch, optimizer_bytes, attention.{gpus,nics,group_size},
 /// ffn.{gpus,nics,group_size}, groups, layer_groups, predicted.{stage_seconds,
 /// step_seconds, tokens_per_second, bottleneck, bound_seconds, round_seconds, ...},
 /// fuse (AF-Pipe's stage-aligned combine + dispatch, chosen per allocation),
@@ -59,6 +60,7 @@ inline io::Json to_json(const Plan& p) {
   j["seq_len"] = p.seq_len;
   j["micro_batch"] = p.micro_batch;
   j["global_batch"] = p.global_batch;
+  j["optimizer_bytes"] = p.optimizer_bytes;
   j["attention"] = {{"gpus", p.attention_gpus},
                     {"nics", p.attention_nics},
                     {"group_size", p.attention_group_size},
@@ -154,10 +156,11 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   expect<IoError>(j.is_object(), path, brief(j), "a JSON object (disagmoe-plan --json)");
   const bool full = j.contains("allocation");
   if (full) {
-    static constexpr std::array<std::string_view, 21> kPlanKeys = {
-        "model",       "cluster",      "seq_len",   "micro_batch",  "global_batch", "attention", "ffn",
-        "groups",      "recompute",    "fuse",      "allocation",   "layer_groups", "predicted", "memory_bytes",
-        "roofline",    "search",       "refinement", "explanation", "idle_gpus",    "binding",   "recommendation"};
+    static constexpr std::array<std::string_view, 22> kPlanKeys = {
+        "model",        "cluster",   "seq_len",      "micro_batch",   "global_batch", "optimizer_bytes",
+        "attention",    "ffn",       "groups",       "recompute",     "fuse",         "allocation",
+        "layer_groups", "predicted", "memory_bytes", "roofline",      "search",       "refinement",
+        "explanation",  "idle_gpus", "binding",      "recommendation"};
     for (const auto& [key, value] : j.items())
       expect<IoError>(known(kPlanKeys, key), path + "." + key, "(unknown key)", "a key that disagmoe-plan --json writes");
     auto same = [&](const char* key, const std::string& ours, const char* what) {
