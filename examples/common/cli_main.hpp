@@ -56,7 +56,7 @@ inline void add_max_memory(CLI::App& app) {
 inline void add_optimizer_bytes(CLI::App& app, double& bytes) {
   app.add_option("--optimizer-bytes", bytes,
                  "bytes of optimizer state per parameter: 12 = fp32 master weights and fp32 Adam moments "
-                 "(ZeRO's K), 8 = fp32 master weights and bf16 moments (as DeepSeek-V3 trains)")
+                 "(ZeRO's K), 8 = fp32 master weights and bf16 moments (DeepSeek-V3's AdamW moments)")
       ->capture_default_str()
       ->type_name("BYTES");
 }

@@ -11,8 +11,11 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace disagmoe;
@@ -85,6 +88,24 @@ TEST_CASE("worker memory equals an explicit count of the tiny model's tensors") 
   const DispatchOptions d{2, true, 0};
   f = ffn_worker_memory(m, w, o);
   CHECK(f.activations == doctest::Approx(6.0 / 2 * (ffn_activation_bytes(m, 0, o, d) + ffn_activation_bytes(m, 1, o, d))));
+}
+
+TEST_CASE("planner options: optimizer and gradient bytes must be finite and >= 0, each named") {
+  const auto m = model_preset("olmoe-1b-7b");
+  const auto c = small_cluster(2, 8, 8);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (auto [optimizer, grad, named] : {std::tuple{inf, 0.0, "memory.optimizer_bytes = inf"},
+                                        std::tuple{-1.0, 0.0, "memory.optimizer_bytes = -1"},
+                                        std::tuple{12.0, -2.0, "memory.grad_bytes = -2"},
+                                        std::tuple{12.0, std::nan(""), "memory.grad_bytes = nan"}}) {
+    PlanOptions o;
+    o.memory.optimizer_bytes = optimizer;
+    o.memory.grad_bytes = grad;
+    CHECK_THROWS_WITH_AS(AnalyticModel(m, c, o), doctest::Contains(named), ConfigError);
+  }
+  PlanOptions zero;  // a stateless optimizer is a valid choice
+  zero.memory.optimizer_bytes = 0;
+  CHECK_NOTHROW(AnalyticModel(m, c, zero));
 }
 
 TEST_CASE("require_fit names the worker type, the bytes needed and the bytes available") {

@@ -60,7 +60,10 @@ TEST_CASE("colocated problem: pipeline sends are posted beside the all-to-alls, 
     for (bool posted : {true, false}) {
       CAPTURE(posted);
       ds::Schedule s = ds::build_schedule(name, pb);
-      for (auto& w : s.workers) w.posted_sends = posted;
+      for (auto& w : s.workers) {
+        CHECK(w.posted_sends);  // the policy keeps the problem's workers
+        w.posted_sends = posted;
+      }
       const auto r = ds::simulate(s);
       REQUIRE_FALSE(r.deadlocked);
       int send_overlaps = 0, a2a_overlaps = 0;

@@ -33,6 +33,11 @@ std::vector<ds::Schedule> random_schedules(std::uint64_t seed) {
   const auto pb = random_problem(rng, p, p * v * 2, m);
   std::vector<ds::Schedule> all{ds::OneFOneB{}.build(pb), ds::Interleaved1F1B{v}.build(pb), ds::A2AOverlap{v}.build(pb),
                                 ds::ChunkedOverlap{1 + static_cast<int>(rng() % 3), v}.build(pb)};
+  for (std::size_t i = 0; i < 4; ++i) {  // and with their sends posted, as colocated_problem sets
+    ds::Schedule posted = all[i];
+    for (auto& w : posted.workers) w.posted_sends = true;
+    all.push_back(std::move(posted));
+  }
   const int pe = 2 * ((p + 1) / 2);
   const auto pbe = random_problem(rng, pe, 2 * pe, 2 * pe + 2 * static_cast<int>(rng() % 3));
   all.push_back(ds::DualPipe{}.build(pbe));

@@ -124,8 +124,10 @@ inline void validate(const PlanOptions& o, const ModelSpec& m) {
   expect(std::isfinite(o.memory_fraction) && o.memory_fraction > 0 && o.memory_fraction <= 1, "memory_fraction",
          o.memory_fraction, "a fraction in (0, 1]");
   expect(o.max_groups >= 0, "max_groups", o.max_groups, "an integer >= 0 (0 = layers)");
-  expect(o.memory.optimizer_bytes >= 0 && o.memory.grad_bytes >= 0, "memory.optimizer_bytes",
-         o.memory.optimizer_bytes, "bytes >= 0");
+  expect(std::isfinite(o.memory.optimizer_bytes) && o.memory.optimizer_bytes >= 0, "memory.optimizer_bytes",
+         o.memory.optimizer_bytes, "finite bytes >= 0");
+  expect(std::isfinite(o.memory.grad_bytes) && o.memory.grad_bytes >= 0, "memory.grad_bytes",
+         o.memory.grad_bytes, "finite bytes >= 0 (0 = the model's dtype)");
   expect(o.context_parallel >= 0 && o.context_parallel <= 1024, "context_parallel", o.context_parallel,
          "a degree in [1, 1024], or 0 (auto)");
   expect(o.group_factor >= 0 && o.group_factor <= 2, "group_factor", o.group_factor, "1, 2, or 0 (auto)");

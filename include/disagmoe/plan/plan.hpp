@@ -41,7 +41,7 @@ struct Plan {
   int seq_len = 0;                            ///< tokens per sequence
   int micro_batch = 0;                        ///< sequences per micro-batch
   int global_batch = 0;                       ///< sequences per step
-  double optimizer_bytes = 0;                 ///< optimizer state per parameter the memory model assumed
+  double optimizer_bytes = kDefaultMemory.optimizer_bytes;  ///< per parameter, as the memory model assumed
   Allocation allocation;                      ///< the chosen allocation
   int attention_gpus = 0;                     ///< A GPUs in the cluster
   int attention_nics = 0;                     ///< A NICs in the cluster

@@ -122,7 +122,8 @@ struct Worker {
   /// group with its own NCCL stream, as colocated_problem sets); false: each takes its
   /// turn on the in-order comm stream like the all-to-alls. The runtime still posts a
   /// send at its turn; the pipelines emitted here always have it ready by then, so the
-  /// two agree. Lowering (lowering.hpp) keeps the sends in the comm issue order either way.
+  /// two agree. Lowering (lowering.hpp) issues comm in the order of the simulated starts,
+  /// the same on both ends of a transfer, so a posted send may precede an all-to-all.
   bool posted_sends = false;
   /// All-to-all link loads: bytes over this group's NIC and over its NVLink per byte of
   /// an all-to-all op (op.bytes). Negative: destinations spread evenly over all `gpus`
