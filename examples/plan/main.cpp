@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Plan DisagMoE's attention/FFN split of GPUs and NICs for a model on a cluster.", "disagmoe-plan"};
   std::string model_arg, cluster_arg, svg_path;
   int seq_len = 0, micro_batch = 0, global_batch = 0, context_parallel = 0, group_factor = 0;
-  bool json = false, rdma_m2n = false, no_recommend = false;
+  bool json = false, rdma_m2n = false, no_recommend = false, embedding_head = false;
   long refine_evaluations = 0;
   double sm_fraction = 0, optimizer_bytes = plan::kDefaultMemory.optimizer_bytes;
   app.add_option("--model", model_arg, "a model preset name or a JSON file")->required();
@@ -133,6 +133,9 @@ int main(int argc, char** argv) {
                  "kernel_comm_sm_fraction)");
   app.add_flag("--rdma-m2n", rdma_m2n, "M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction)");
   cli::add_optimizer_bytes(app, optimizer_bytes);
+  app.add_flag("--embedding-head", embedding_head,
+               "price the embedding (on the first pair) and the output head, vocabulary-parallel over the A "
+               "groups, as scheduled ops, and schedule them in every simulation (AF-Pipe and the baselines)");
   app.add_option(
          "--context-parallel", context_parallel,
          "GPUs of one node that split each sequence of the attention groups, passing keys and values in a "
@@ -180,6 +183,7 @@ int main(int argc, char** argv) {
     o.context_parallel = context_parallel;
     o.group_factor = group_factor;
     o.m2n_uses_sms = !rdma_m2n;
+    o.embedding_head = embedding_head;
     const plan::AdaptiveAllocator allocator(m, c, o);
     std::optional<long> refine;
     if (app.count("--refine-evaluations")) {

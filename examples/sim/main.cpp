@@ -35,9 +35,9 @@ namespace {
 
 // The planner's allocation (plan::AdaptiveAllocator: MILP seed + local search, then the
 // search by simulation, as disagmoe-plan makes it) under the options this run simulates
-// with (batch, deduplication, M2N transport). The search by simulation runs the
-// planner's micro-batches and ping-pong group without the embedding and head, so
-// `refine` is false when this run sets its own or schedules them.
+// with (batch, deduplication, M2N transport, embedding and head). The search by
+// simulation runs the planner's micro-batches and ping-pong group, so `refine` is false
+// when this run sets its own.
 disagmoe::plan::Allocation planned_allocation(const disagmoe::ModelSpec& m, const disagmoe::ClusterSpec& c,
                                               const ds::CostOptions& cost, const ds::PolicyKnobs& knobs,
                                               bool refine) {
@@ -170,9 +170,10 @@ int main(int argc, char** argv) {
   app.add_flag("--rdma-m2n", rdma_m2n,
                "AF-Pipe's M2N/N2M over an RDMA engine (the cluster's rdma_comm_sm_fraction) instead of kernels");
   disagmoe::cli::add_optimizer_bytes(app, optimizer_bytes);
-  app.add_flag("--embedding-head", cost.embedding_head,
-               "schedule the embedding and output head as ops on the first and last layer's worker (AF-Pipe: its A "
-               "groups)");
+  app.add_flag(
+      "--embedding-head", cost.embedding_head,
+      "schedule the embedding and output head as ops: on the first and last stage, AF-Pipe's embedding on "
+      "its first A group and its head vocabulary-parallel over all of them (default: a plan's)");
   app.add_option(
       "--context-parallel", context_parallel,
       "GPUs of one node that split each sequence, passing keys and values in a ring (context "
@@ -228,6 +229,7 @@ int main(int argc, char** argv) {
         dz::expect_in("--plan global_batch", global_batch, 1, kMax);
       if (take("optimizer_bytes", "--optimizer-bytes", optimizer_bytes))
         dz::cli::expect_optimizer_bytes(optimizer_bytes, "--plan optimizer_bytes");
+      take("embedding_head", "--embedding-head", cost.embedding_head);
     }
     if (app.count("--micro-batch") || micro_batch != 0) m.micro_batch = micro_batch;
     dz::validate(m, "--model");
@@ -303,13 +305,14 @@ int main(int argc, char** argv) {
     std::optional<ds::AfLayout> planned;
     if (!af && !search_layout && af_mode) {
       try {
-        const bool planners_run = micro_batches == 0 && knobs.af_group_size == 0 && !cost.embedding_head;
+        const bool planners_run = micro_batches == 0 && knobs.af_group_size == 0;
         // The planner resolves a degree of 0 (plan::resolve_automatic).
         const auto pa = planned_allocation(m, c, cost, knobs, planners_run);
         if (!planners_run)
-          notes.push_back("the planner's allocation is its analytic choice, not refined by simulation "
-                          "(it simulates its own micro-batches and ping-pong group, without the embedding and "
-                          "head: --micro-batches, --af-group-size and --embedding-head set them here)");
+          notes.push_back(
+              "the planner's allocation is its analytic choice, not refined by simulation "
+              "(it simulates its own micro-batches and ping-pong group: --micro-batches and "
+              "--af-group-size set them here)");
         planned = adopt(pa);
       } catch (const disagmoe::ConfigError& e) {
         // No allocation fits the planner's memory model (the simulator's too): say so and

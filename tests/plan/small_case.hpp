@@ -19,12 +19,14 @@ struct SmallCase {
   int global_batch;  ///< 0: the planner's default
   RecomputePolicy rc;
   int context_parallel = 1;  ///< PlanOptions::context_parallel
+  bool embedding_head = false;  ///< PlanOptions::embedding_head
 
   [[nodiscard]] AnalyticModel analytic_model() const {
     ModelSpec m = std::string(model) == "tiny" ? tiny_model() : model_preset(model);
     m.seq_len = seq;
     PlanOptions o{global_batch, {}, {}, rc};
     o.context_parallel = context_parallel;
+    o.embedding_head = embedding_head;
     return AnalyticModel(m, small_cluster(nodes, gpus, nics, hbm), o);
   }
 };

@@ -61,6 +61,7 @@ TEST_CASE("worker memory equals an explicit count of the tiny model's tensors") 
   w.attention_group_size = 4;
   w.ffn_group_size = 2;
   w.holds_embedding = w.holds_head = true;
+  w.head_params = head_shard_params(m, 1, 0);  // one pair: the whole head
   w.attention_in_flight = 0;
   w.ffn_in_flight = 0;
   MemoryOptions o;  // bf16 weights and grads, 12 bytes of Adam state
@@ -79,7 +80,15 @@ TEST_CASE("worker memory equals an explicit count of the tiny model's tensors") 
   // Tied embeddings: the head shares the embedding matrix.
   ModelSpec tied = m;
   tied.tied_embeddings = true;
-  CHECK(attention_worker_memory(tied, w, o).parameters == 2 * (a_params - 80));
+  WorkerLoad wt = w;
+  wt.head_params = head_shard_params(tied, 1, 0);
+  CHECK(attention_worker_memory(tied, wt, o).parameters == 2 * (a_params - 80));
+  // Vocabulary-parallel over 2 pairs: each holds half the head's 80; pair 0's half is
+  // the embedding's when tied.
+  CHECK(head_shard_params(m, 2, 0) == 40);
+  CHECK(head_shard_params(m, 2, 1) == 40);
+  CHECK(head_shard_params(tied, 2, 0) == 0);
+  CHECK(head_shard_params(tied, 2, 1) == 40);
   // Activations: in flight × per-layer bytes (cost model), F tokens split over the group.
   w.attention_in_flight = 3;
   w.ffn_in_flight = 6;
@@ -188,6 +197,44 @@ TEST_CASE("AnalyticModel: busy times equal a recount from layer costs (tiny mode
   CHECK(e.tokens_per_second == doctest::Approx(16 * 64 / e.step_seconds));
   CHECK_THROWS_AS((void)model.estimate(Allocation{1, 2, 2, 3, 3}), ConfigError);  // 6 NICs > 4
   CHECK_THROWS_AS((void)model.estimate(Allocation{3, 2, 2, 1, 3}), ConfigError);  // p=3 > layers
+}
+
+TEST_CASE(
+    "embedding and vocabulary-parallel head: each pair's A compute and A links by hand (tiny model, p = 2)") {
+  PlanOptions with;
+  with.embedding_head = true;
+  const AnalyticModel off = tiny_two_nodes(), on = tiny_two_nodes(with);
+  const ModelSpec& m = on.model();
+  const ClusterSpec& c = on.cluster();
+  // One GPU micro-batch of T = 2 x 64 tokens: the head's three GEMM passes of 2·T·d·V
+  // FLOPs at half of peak, the embedding's 2·T·d bf16 elements forward and 3·T·d back
+  // through HBM.
+  const double t = 2.0 * 64, peak = c.gpu.peak_flops(m.dtype);
+  const double head = 3 * 2 * t * m.hidden * m.vocab / (0.5 * peak);
+  const double embed = 5 * t * m.hidden * 2 / c.gpu.hbm_bandwidth;
+  const auto a = off.pair_sums(2), b = on.pair_sums(2);
+  for (int rc = 0; rc < 2; ++rc) {
+    CHECK(b[0].attention_s[rc] == doctest::Approx(a[0].attention_s[rc] + embed + head / 2).epsilon(1e-12));
+    CHECK(b[1].attention_s[rc] == doctest::Approx(a[1].attention_s[rc] + head / 2).epsilon(1e-12));
+    CHECK(b[0].routed_s[rc] == a[0].routed_s[rc]);  // the F side does not see the head
+  }
+  // The ring: one bf16 row per token in each direction on every A group; none with one pair.
+  CHECK(b[0].head_row_bytes == m.hidden * 2.0);
+  CHECK(b[1].head_row_bytes == m.hidden * 2.0);
+  CHECK(on.pair_sums(1)[0].head_row_bytes == 0);
+  CHECK(on.pair_sums(1)[0].attention_s[0] ==
+        doctest::Approx(off.pair_sums(1)[0].attention_s[0] + embed + head));
+  // Priced in the A side's busy times: A compute per micro-batch over the group of 4, A
+  // links 2·T rows of d more per micro-batch over the side's NICs (2 nodes × 1 NIC / 2 pairs).
+  const Allocation x{2, 2, 2, 1, 3};
+  REQUIRE(on.valid(x));
+  const StepEstimate e0 = off.estimate(x), e1 = on.estimate(x);
+  // The pair the estimate quotes is one of the two, at its A compute over the group of 2.
+  const double quoted = e1.attention_seconds * 2;
+  CHECK((quoted == doctest::Approx(b[0].attention_s[0]).epsilon(1e-12) ||
+         quoted == doctest::Approx(b[1].attention_s[0]).epsilon(1e-12)));
+  CHECK(on.bound_seconds(x, b) == doctest::Approx(e1.bound_seconds).epsilon(1e-12));
+  CHECK(e1.bound_seconds >= e0.bound_seconds);
 }
 
 TEST_CASE("recomputation per side: each side's compute and memory follow its own setting only") {

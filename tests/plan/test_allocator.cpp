@@ -29,6 +29,11 @@ TEST_CASE("MILP optimum equals exhaustive enumeration on small clusters") {
       {"mixtral-8x7b", 4096, 2, 8, 8, 80e9, 128, RecomputePolicy::kAuto},
       {"qwen3-30b-a3b", 16384, 2, 8, 8, 80e9, 32, RecomputePolicy::kOn},
       {"olmoe-1b-7b", 4096, 1, 8, 0, 1e9, 64, RecomputePolicy::kAuto},  // nothing fits
+      // The embedding and the vocabulary-parallel head priced: A compute and A links per pair.
+      {"tiny", 64, 2, 4, 4, 80e9, 32, RecomputePolicy::kOff, 1, true},
+      {"olmoe-1b-7b", 4096, 2, 8, 4, 80e9, 64, RecomputePolicy::kAuto, 1, true},
+      {"deepseek-moe-16b", 8192, 4, 4, 4, 80e9, 64, RecomputePolicy::kAuto, 1, true},
+      {"deepseek-moe-16b", 4096, 2, 8, 8, 80e9, 128, RecomputePolicy::kAuto, 2, true},
   };
   int one_side = 0;  // optima that recompute on one side only
   for (const test::SmallCase& k : cases) {

@@ -69,8 +69,9 @@ class Simulator {
     head_.assign(nw, {0, 0, 0});
     for (std::size_t w = 0; w < nw; ++w) {
       for (int k = 0; k < kStreams; ++k) try_start_head(static_cast<int>(w), k);
-      for (int id : s_.order[w][2])
-        if (outside_stream_order(s_, s_.ops[static_cast<std::size_t>(id)])) try_start(id);
+      for (int k = 0; k < kStreams; ++k)
+        for (int id : s_.order[w][static_cast<std::size_t>(k)])
+          if (outside_stream_order(s_, s_.ops[static_cast<std::size_t>(id)])) try_start(id);
     }
     while (!events_.empty()) {
       const Event e = events_.top();
@@ -335,9 +336,8 @@ class Simulator {
     for (std::size_t w = 0; w < s_.workers.size(); ++w)
       for (std::size_t k = 0; k < kStreams; ++k) {
         const auto& q = s_.order[w][k];
-        if (k == 2)
-          for (int id : q)
-            if (outside_stream_order(s_, s_.ops[static_cast<std::size_t>(id)])) blocked(id);
+        for (int id : q)
+          if (outside_stream_order(s_, s_.ops[static_cast<std::size_t>(id)])) blocked(id);
         if (k == 2 && !s_.workers[w].in_order_comm) continue;
         if (head_[w][k] < q.size()) blocked(q[head_[w][k]]);
       }

@@ -91,6 +91,7 @@ TEST_CASE("Plan -> simulated problem: the round trip keeps every field") {
   o.dedup = false;
   o.memory_fraction = 0.8;
   o.m2n_uses_sms = false;
+  o.embedding_head = true;
   auto m = disagmoe::model_preset("olmoe-1b-7b");
   m.seq_len = 2048;
   const auto c = disagmoe::parse_cluster_name("h800x128:4");
@@ -114,6 +115,7 @@ TEST_CASE("Plan -> simulated problem: the round trip keeps every field") {
   CHECK(back.dedup == o.dedup);
   CHECK(back.memory_fraction == o.memory_fraction);
   CHECK(back.m2n_uses_sms == o.m2n_uses_sms);
+  CHECK(back.embedding_head == o.embedding_head);
   // The problem itself: the plan's groups, bandwidths, batch and recomputation.
   const dp::Plan plan = dp::make_plan(model, x, {x, 1, x, 1, 1, false}, 0, 0);
   const ds::Problem pb = ds::af_problem(model, x);
@@ -125,6 +127,8 @@ TEST_CASE("Plan -> simulated problem: the round trip keeps every field") {
   CHECK(pb.micro_batches * plan.attention_group_size * plan.micro_batch == plan.global_batch);
   CHECK(pb.network.comm_sm_fraction == c.kernel_comm_sm_fraction);
   CHECK(pb.network.rdma_sm_fraction == c.rdma_comm_sm_fraction);
+  CHECK(pb.embedding_head.head_fwd ==
+        doctest::Approx(dp::head_flops(m).forward / (c.gpu.peak_flops(m.dtype) * 0.41)).epsilon(1e-12));
   // Recomputation: one more forward before each backward.
   const auto lc = dp::layer_cost(m, 1);
   CHECK(pb.layers[1].attn_bwd ==
@@ -158,6 +162,7 @@ TEST_CASE("one memory model: every worker's state is the planner's, its peak wit
       load.ffn_group_size = gf;
       load.holds_embedding = i == 0;
       load.holds_head = i == (model.model().layers - 1) % p;
+      load.head_params = dp::head_shard_params(model.model(), p, i);
       load.attention_in_flight = in_flight;
       load.ffn_in_flight = in_flight * ga;
       const dp::MemoryBytes a = dp::attention_worker_memory(model.model(), load, mo);

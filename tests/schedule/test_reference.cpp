@@ -3,7 +3,7 @@
 // verbatim in reference_simulator.hpp): every op's start and end, every metric and the
 // deadlock report must be identical, on every policy over random problems, on random
 // op graphs (mixed in-order / unordered comm streams, SM-using comm, comm overheads,
-// zero-cost ops, shared links) and on cost-model schedules of a real model.
+// zero-cost ops, shared links, posted compute) and on cost-model schedules of a real model.
 #include "reference_simulator.hpp"
 #include "uniform.hpp"
 
@@ -113,6 +113,22 @@ ds::Schedule random_graph(std::mt19937_64& rng, bool cyclic) {
     std::sort(o.deps.begin(), o.deps.end());
     o.deps.erase(std::unique(o.deps.begin(), o.deps.end()), o.deps.end());
     s.add(std::move(o));
+  }
+  // Posted compute ops (Op::posted), chained per worker as policies must, each after a
+  // random earlier op, from a generator of their own (the graph above stays as it was).
+  std::mt19937_64 more(rng());
+  std::vector<int> last(static_cast<std::size_t>(nw), -1);
+  for (int i = 0, m = static_cast<int>(more() % 6); i < m; ++i) {
+    ds::Op o;
+    o.worker = static_cast<int>(more() % static_cast<unsigned>(nw));
+    o.kind = ds::OpKind::kHeadForward;
+    o.stream = more() % 2 ? ds::Stream::kForward : ds::Stream::kBackward;
+    o.seconds = u(more);
+    o.posted = true;
+    o.deps.push_back(static_cast<int>(more() % static_cast<unsigned>(s.ops.size())));
+    int& chain = last[static_cast<std::size_t>(o.worker)];
+    if (chain >= 0 && chain != o.deps[0]) o.deps.push_back(chain);
+    chain = s.add(std::move(o));
   }
   if (cyclic) s.ops[0].deps.push_back(n - 1);
   return s;

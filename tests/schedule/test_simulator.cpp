@@ -439,3 +439,32 @@ TEST_CASE("side breakdown: busy, exposed communication and waiting on a peer, pe
   CHECK(b.ffn.waiting_seconds == doctest::Approx(1.0));
   CHECK(b.colocated.gpus == 0);
 }
+
+TEST_CASE("posted compute ops start when their deps are done and share the GPU; unchained ones are refused") {
+  // One worker: a forward op and a backward op of 1 s each, and two posted ops of 1 s
+  // queued behind the backward op in its stream's list. In turn the step would be
+  // fwd ‖ (bwd, p1, p2) = 3 s. Posted and chained (p2 after p1): fwd, bwd and p1 share
+  // the GPU at 1/3 each until 3 s, then p2 runs alone: 4 s, with p1 starting at 0.
+  for (bool chained : {true, false}) {
+    CAPTURE(chained);
+    ds::Schedule s;
+    s.workers = ds::uniform_workers(1);
+    s.add(work(0, ds::Stream::kForward, 1));
+    s.add(work(0, ds::Stream::kBackward, 1));
+    ds::Op p1 = work(0, ds::Stream::kBackward, 1), p2 = p1;
+    p1.posted = p2.posted = true;
+    if (chained) p2.deps = {2};
+    s.add(p1);
+    s.add(p2);
+    if (!chained) {  // four compute ops at once on one worker: a policy's bug, named
+      CHECK_THROWS_WITH_AS(ds::simulate(s), doctest::Contains("posted"), disagmoe::ConfigError);
+      continue;
+    }
+    const auto r = ds::simulate(s);
+    REQUIRE_FALSE(r.deadlocked);
+    CHECK(r.timings[2].start == 0);
+    CHECK(r.timings[2].end == doctest::Approx(3));
+    CHECK(r.timings[3].start == doctest::Approx(3));
+    CHECK(r.step_seconds == doctest::Approx(4));
+  }
+}

@@ -77,6 +77,12 @@ struct PlanOptions {
   /// worker of the ring busy) or 1 (half the activations in flight, for memory-bound
   /// settings). 0 (auto): resolved with context_parallel (resolve_automatic).
   int group_factor = 2;
+  /// Price the input embedding and the output head as the simulator schedules them
+  /// (schedule::CostOptions::embedding_head): the embedding on pair 0, the head
+  /// vocabulary-parallel over the p A groups (1/p of its passes on each, the last layer's
+  /// output and the head's input gradient passed around the ring of A groups: one row
+  /// per token in and out per direction). false: their FLOPs are not scheduled.
+  bool embedding_head = false;
 };
 
 /// Tokens per step when PlanOptions::global_batch is 0: 4 Mi, the batch of GPT-3's
@@ -270,6 +276,7 @@ class AnalyticModel {
     micro_batches_ = static_cast<int>(micro_batches);
     tokens_ = double(m_.tokens_per_micro_batch()) / cp;
     capacity_ = c_.gpu.hbm_bytes * o_.memory_fraction;
+    if (o_.embedding_head) head_ = embedding_head_seconds(m_, c_, o_.efficiency.attention, grad_bytes(), cp);
   }
 
   [[nodiscard]] const ModelSpec& model() const { return m_; }
@@ -454,6 +461,7 @@ class AnalyticModel {
     double moe_row_bytes = 0;        ///< Σ over MoE layers of one row's bytes per token
     double attention_params = 0;     ///< replicated A-side parameters, embedding / head included
     double ffn_params = 0;           ///< replicated F-side parameters (shared experts, dense FFN)
+    double head_row_bytes = 0;       ///< A side only: the head's ring, bytes of a row per token
   };
   /// PairSums of each of the p interleaved pairs. Precondition 1 <= p <= layers
   /// (ConfigError otherwise). O(layers).
@@ -473,6 +481,8 @@ class AnalyticModel {
         s.ffn_params += replicated_ffn_params_[l];
       }
       s.attention_params += edge_params(p, i);
+      for (double& a : s.attention_s) a += head_seconds(p, i);
+      s.head_row_bytes = head_ring_row_bytes(p);
     }
     return v;
   }
@@ -489,7 +499,7 @@ class AnalyticModel {
     const double imb = ffn_link_imbalance(gf);
     double bound = 0;
     for (const PairSums& s : sums) {
-      const double bytes_a = 2 * t * (s.dense_row_bytes + s.moe_row_bytes * rows);
+      const double bytes_a = 2 * t * (s.dense_row_bytes + s.moe_row_bytes * rows + s.head_row_bytes);
       const double bytes_f = 2 * t * (s.dense_row_bytes + s.moe_row_bytes * rows * imb);
       const int ra = x.recompute.attention, rf = x.recompute.ffn;
       bound = std::max({bound, s.attention_s[ra] / ga, s.routed_s[rf] * share + s.other_s[rf] / gf,
@@ -537,7 +547,8 @@ class AnalyticModel {
     pairs.reserve(static_cast<std::size_t>(p));
     double busy = 0;
     for (int i = 0; i < p; ++i) {
-      double ta = 0, tf = 0, bytes_a = 0, bytes_f = 0, params_a = edge_params(p, i), params_f = 0;
+      double ta = head_seconds(p, i), tf = 0, bytes_a = 2 * t * head_ring_row_bytes(p), bytes_f = 0;
+      double params_a = edge_params(p, i), params_f = 0;
       for (int l : groups[i]) {
         ta += attention_s_[x.recompute.attention][l];
         tf += routed_s_[x.recompute.ffn][l] * share + other_s_[x.recompute.ffn][l] / gf;
@@ -654,12 +665,23 @@ class AnalyticModel {
  private:
   [[nodiscard]] double grad_bytes() const { return o_.memory.grad_bytes > 0 ? o_.memory.grad_bytes : bytes_of(m_.dtype); }
   // A-side parameters of pair i beyond its layers: the input embedding on pair 0, the
-  // final norm and output head on the last layer's pair (as attention_worker_memory).
+  // final norm on the last layer's pair and the pair's vocabulary shard of the output
+  // head (as attention_worker_memory).
   [[nodiscard]] double edge_params(int p, int i) const {
-    const double vd = double(m_.vocab) * m_.hidden;
-    double extra = i == 0 ? vd : 0;
-    if (i == (m_.layers - 1) % p) extra += m_.hidden + ((m_.tied_embeddings && i == 0) ? 0 : vd);
-    return extra;
+    double extra = i == 0 ? double(m_.vocab) * m_.hidden : 0;
+    if (i == (m_.layers - 1) % p) extra += m_.hidden;
+    return extra + head_shard_params(m_, p, i);
+  }
+  // Seconds per GPU micro-batch pair i of p spends on the embedding (pair 0) and its
+  // 1/p of the vocabulary-parallel head (PlanOptions::embedding_head; 0 without).
+  [[nodiscard]] double head_seconds(int p, int i) const {
+    return (i == 0 ? head_.embedding() : 0) + head_.head() / p;
+  }
+  // Bytes per token, per direction, that the head's ring puts on each A group's links:
+  // the last layer's output in (and on) forward, the partial input gradient backward —
+  // one row each way. None with one pair or without the head.
+  [[nodiscard]] double head_ring_row_bytes(int p) const {
+    return (o_.embedding_head && p > 1) ? double(m_.hidden) * bytes_of(m_.dtype) : 0;
   }
   [[nodiscard]] MemoryOptions memory_options(Recompute rc) const {
     MemoryOptions mo = o_.memory;
@@ -676,6 +698,7 @@ class AnalyticModel {
       w.ffn_group_size = gf;
       w.holds_embedding = i == 0;
       w.holds_head = i == (m_.layers - 1) % p;
+      w.head_params = head_shard_params(m_, p, i);
       w.attention_in_flight = a_in_flight;
       w.ffn_in_flight = f_in_flight;
       v.push_back(std::move(w));
@@ -698,6 +721,7 @@ class AnalyticModel {
   // [recompute][layer]: seconds of one micro-batch on one GPU (A side, routed experts,
   // shared experts + dense FFN).
   std::vector<double> attention_s_[2], routed_s_[2], other_s_[2];
+  EmbeddingHeadSeconds head_{};                // all 0 unless PlanOptions::embedding_head
   std::vector<double> row_bytes_per_token_;    // bytes of one row per token (1 row)
   std::vector<double> attention_params_;       // A-side parameters per layer
   std::vector<double> replicated_ffn_params_;  // shared experts / dense FFN parameters per layer

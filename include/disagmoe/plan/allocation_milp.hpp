@@ -27,7 +27,8 @@
 /// max_i of F compute and F link time (A↔F bytes, which depend on the F group through
 /// the deduplicated rows and its busiest GPU's share of them, + the F group's gradient
 /// all-reduce); the A side's link time
-/// is A↔F bytes (an F-side quantity, LA^i) plus its own all-reduce (RA^i), summed per
+/// is A↔F bytes (an F-side quantity, LA^i) plus its own all-reduce and the output head's
+/// ring between A groups (RA^i, PlanOptions::embedding_head), summed per
 /// pair so the rows take the max over pairs of the sum exactly. Only pairs that can be
 /// the largest get a row (detail::link_pairs: usually the pair with the embedding, the
 /// one with the head and one with the most MoE layers); row i holds the i-th of them
@@ -249,10 +250,11 @@ inline AllocationMilp build_allocation_milp(const AnalyticModel& model, bool pru
         for (const AnalyticModel::PairSums& q : sums)
           x.stage = std::max(x.stage, ms * q.attention_s[c_a.rc] / ga);
         const double edges = model.all_reduce_edges(ga) / bw_a / mb;
-        for (int i : link_pairs)
-          x.link.push_back(
-              ms * edges *
-              ring_all_reduce_bytes(sums[static_cast<std::size_t>(i)].attention_params * gb, ga));
+        for (int i : link_pairs) {  // the A side's all-reduce and the head's ring (its own bytes)
+          const AnalyticModel::PairSums& u = sums[static_cast<std::size_t>(i)];
+          x.link.push_back(ms * (edges * ring_all_reduce_bytes(u.attention_params * gb, ga) +
+                                 2 * tokens * u.head_row_bytes / bw_a));
+        }
         g.s.push_back(std::move(x));
       }
       for (const Size& c_f : fs) {

@@ -474,4 +474,36 @@ inline double comm_seconds(double bytes, double bandwidth, double latency, doubl
   return latency + bytes / (bandwidth * efficiency);
 }
 
+/// Seconds of the input embedding and the output head for one micro-batch on one GPU
+/// holding T / cp of its tokens (context parallelism cp), whole (not split over
+/// vocabulary shards). The head's GEMMs (head_flops) are compute-bound and run at
+/// `attention_efficiency` of peak, where they are scheduled; the final norm and the loss
+/// are elementwise and left out (fused cross-entropy kernels, as Megatron's, read the
+/// logits once). The embedding is a gather with no FLOPs, so its roofline time is its
+/// HBM traffic (Williams et al. 2009): T rows of d read and written forward; its
+/// gradient reads T rows of d and read-modify-writes as many rows of the table's
+/// gradient (`grad_bytes` per element). The planner and the simulator both use it. O(1).
+struct EmbeddingHeadSeconds {
+  double embed_fwd = 0;    ///< embedding lookup
+  double embed_wgrad = 0;  ///< its weight gradient
+  double head_fwd = 0;     ///< final norm + logits + loss
+  double head_bwd = 0;     ///< the head's input gradient
+  double head_wgrad = 0;   ///< the head's weight gradient
+  [[nodiscard]] double head() const { return head_fwd + head_bwd + head_wgrad; }
+  [[nodiscard]] double embedding() const { return embed_fwd + embed_wgrad; }
+};
+inline EmbeddingHeadSeconds embedding_head_seconds(const ModelSpec& m, const ClusterSpec& c,
+                                                   double attention_efficiency, double grad_bytes,
+                                                   int cp = 1) {
+  const PassFlops head = head_flops(m);
+  const double rows = double(m.tokens_per_micro_batch()) / cp * m.hidden;
+  EmbeddingHeadSeconds e;
+  e.embed_fwd = 2 * rows * bytes_of(m.dtype) / c.gpu.hbm_bandwidth;
+  e.embed_wgrad = 3 * rows * grad_bytes / c.gpu.hbm_bandwidth;
+  e.head_fwd = compute_seconds(head.forward / cp, c, m.dtype, attention_efficiency);
+  e.head_bwd = compute_seconds(head.backward_input / cp, c, m.dtype, attention_efficiency);
+  e.head_wgrad = compute_seconds(head.backward_weight / cp, c, m.dtype, attention_efficiency);
+  return e;
+}
+
 }  // namespace disagmoe::plan

@@ -35,13 +35,24 @@ struct WorkerLoad {
   int attention_group_size = 1;      ///< A workers of the pair (data parallel, replicated weights)
   int ffn_group_size = 1;            ///< F workers of the pair (expert parallel)
   bool holds_embedding = false;      ///< the pair holding layer 0 also holds the input embedding
-  bool holds_head = false;           ///< the pair holding the last layer also holds norm + output head
+  bool holds_head = false;           ///< the pair holding the last layer also holds the final norm
+  double head_params = 0;            ///< output-head parameters it holds (head_shard_params)
   double attention_in_flight = 1;    ///< micro-batches whose activations one A worker keeps
   double ffn_in_flight = 1;          ///< micro-batches in flight through the pair (tokens spread over the F group)
 };
 
+/// Output-head parameters that pair i of p holds: AF-Pipe's head is vocabulary-parallel
+/// over the p A groups (Yeung et al. 2024, "Balancing Pipeline Parallelism with
+/// Vocabulary Parallelism", arXiv 2411.05288), V/p rows of d on each; pair 0's shard is
+/// part of the input embedding when the two are tied. The planner and the simulator
+/// (schedule/cost_adapter.hpp) both charge it. O(1).
+inline double head_shard_params(const ModelSpec& m, int p, int i) {
+  return (m.tied_embeddings && i == 0) ? 0.0 : double(m.vocab) * m.hidden / p;
+}
+
 /// Bytes of one A worker: replicated A-side weights of its layers (attention, norms,
-/// router — cost_model.hpp attention_side_params) plus embedding / head where held,
+/// router — cost_model.hpp attention_side_params) plus embedding, final norm and head
+/// shard where held,
 /// with gradients and optimizer states (ZeRO-1 over the A group), and the activations
 /// of `attention_in_flight` micro-batches for each of its layers. O(layers).
 inline MemoryBytes attention_worker_memory(const ModelSpec& m, const WorkerLoad& w, const MemoryOptions& o) {
@@ -49,7 +60,8 @@ inline MemoryBytes attention_worker_memory(const ModelSpec& m, const WorkerLoad&
   for (int l : w.layers) params += double(attention_side_params(m, l));
   const double vd = double(m.vocab) * m.hidden;
   if (w.holds_embedding) params += vd;
-  if (w.holds_head) params += m.hidden + ((m.tied_embeddings && w.holds_embedding) ? 0 : vd);
+  if (w.holds_head) params += m.hidden;
+  params += w.head_params;
   MemoryBytes b = state_bytes(m, params, w.attention_group_size, o);
   for (int l : w.layers) b.activations += attention_activation_bytes(m, l, o) * w.attention_in_flight;
   return b;

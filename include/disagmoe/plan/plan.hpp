@@ -42,6 +42,7 @@ struct Plan {
   int micro_batch = 0;                        ///< sequences per micro-batch
   int global_batch = 0;                       ///< sequences per step
   double optimizer_bytes = kDefaultMemory.optimizer_bytes;  ///< per parameter, as the memory model assumed
+  bool embedding_head = false;  ///< the embedding and head priced as ops (PlanOptions::embedding_head)
   Allocation allocation;                      ///< the chosen allocation
   int attention_gpus = 0;                     ///< A GPUs in the cluster
   int attention_nics = 0;                     ///< A NICs in the cluster
@@ -137,6 +138,7 @@ inline Plan make_plan(const AnalyticModel& model, const Allocation& x, const Sea
   p.micro_batch = m.micro_batch;
   p.global_batch = model.options().global_batch;
   p.optimizer_bytes = model.options().memory.optimizer_bytes;
+  p.embedding_head = model.options().embedding_head;
   p.allocation = x;
   p.attention_gpus = attention_gpus(x, c);
   p.attention_nics = attention_nics(x, c);

@@ -61,6 +61,7 @@ inline io::Json to_json(const Plan& p) {
   j["micro_batch"] = p.micro_batch;
   j["global_batch"] = p.global_batch;
   j["optimizer_bytes"] = p.optimizer_bytes;
+  j["embedding_head"] = p.embedding_head;
   j["attention"] = {{"gpus", p.attention_gpus},
                     {"nics", p.attention_nics},
                     {"group_size", p.attention_group_size},
@@ -156,11 +157,11 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   expect<IoError>(j.is_object(), path, brief(j), "a JSON object (disagmoe-plan --json)");
   const bool full = j.contains("allocation");
   if (full) {
-    static constexpr std::array<std::string_view, 22> kPlanKeys = {
-        "model",        "cluster",   "seq_len",      "micro_batch",   "global_batch", "optimizer_bytes",
-        "attention",    "ffn",       "groups",       "recompute",     "fuse",         "allocation",
-        "layer_groups", "predicted", "memory_bytes", "roofline",      "search",       "refinement",
-        "explanation",  "idle_gpus", "binding",      "recommendation"};
+    static constexpr std::array<std::string_view, 23> kPlanKeys = {
+        "model",        "cluster",   "seq_len",      "micro_batch",    "global_batch",  "optimizer_bytes",
+        "attention",    "ffn",       "groups",       "recompute",      "fuse",          "allocation",
+        "layer_groups", "predicted", "memory_bytes", "roofline",       "search",        "refinement",
+        "explanation",  "idle_gpus", "binding",      "recommendation", "embedding_head"};
     for (const auto& [key, value] : j.items())
       expect<IoError>(known(kPlanKeys, key), path + "." + key, "(unknown key)", "a key that disagmoe-plan --json writes");
     auto same = [&](const char* key, const std::string& ours, const char* what) {

@@ -15,8 +15,19 @@
 /// gradients arrive, concurrently with the next group's forward. At most
 /// `max_in_flight` micro-batches are between their first forward and last backward
 /// (a 1F1B-like activation bound). The embedding runs on A_0 before layer 0's attention
-/// and the output head (with the loss) on the last layer's A group, its forward at the
-/// start of the micro-batch's backward (Problem::embedding_head; none when 0).
+/// (Problem::embedding_head; none when 0). The output head (with the loss) is
+/// vocabulary-parallel over the p A groups (Yeung et al. 2024, "Balancing Pipeline
+/// Parallelism with Vocabulary Parallelism", arXiv 2411.05288): at the start of a
+/// micro-batch's backward the last layer's output travels the ring of A groups from the
+/// last layer's group A_h (A_h → A_{h+1} → …), each group computing its V/p shard's
+/// logits and local softmax statistics and then its shard's input gradient under its
+/// own normaliser; a second pass of the ring, from A_{h+1} back to A_h, merges the
+/// partial gradients with their (max, sum) statistics exactly, as online softmax merges
+/// partial sums, and A_h continues the backward. The three passes are posted (Op::posted:
+/// a stream of their own, sharing the GPU), as the shards' inputs arrive at no fixed
+/// point of the forward or backward stream. Each shard's weight gradient follows
+/// its input gradient; the per-token rescale it needs (the global normaliser, 4 bytes per
+/// token) is left out of the transfers. One pair holds the whole head.
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -26,6 +37,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace disagmoe::schedule {
@@ -73,7 +85,9 @@ struct AFPipe {
     // At most 12 ops per micro-batch and layer (10 with stage alignment), plus the
     // all-reduces: reserved once, so that a 10^6-op step is not copied while it grows
     // (untouched reserved pages cost nothing; fresh touched ones are slow on a VM).
-    s.ops.reserve(static_cast<std::size_t>(m) * static_cast<std::size_t>(L) * 12 + 2 * static_cast<std::size_t>(L));
+    s.ops.reserve(static_cast<std::size_t>(m) *
+                      (static_cast<std::size_t>(L) * 12 + 6 * static_cast<std::size_t>(p)) +
+                  2 * static_cast<std::size_t>(L));
     s.tokens_per_step = pb.tokens_per_micro_batch * m;
     s.flops_per_step = pb.flops_per_micro_batch * m;
 
@@ -124,6 +138,48 @@ struct AFPipe {
       return s.add(std::move(o));
     };
 
+    // The vocabulary-parallel head of micro-batch j after layer l = L - 1, whose output
+    // `out` is on A_h (file comment). Returns the head's input gradient as it reaches
+    // A_h (the whole head's with p = 1; else the other shards' merged by the ring) and
+    // A_h's own shard's input gradient, to merge with it (-1 with p = 1).
+    std::vector<int> ring(static_cast<std::size_t>(p));
+    std::vector<int> last_posted(s.workers.size(), -1);  // each worker's posted ops, chained
+    auto head = [&](int j, int l, int out) {
+      const int h = l % p;
+      const auto at = [&](int k) { return a[static_cast<std::size_t>((h + k) % p)]; };
+      const double share = 1.0 / p;
+      int arrived = out;
+      for (int k = 0; k < p; ++k) {  // the output around the ring; each shard's logits and input gradient
+        if (k > 0)
+          arrived = comm(OpKind::kSend, at(k - 1), at(k), j, l,
+                         pb.layers[static_cast<std::size_t>(l)].hidden_bytes, false, {arrived});
+        // Posted (Op::posted): each shard's passes run as soon as their input is there,
+        // beside the worker's layers, in order among themselves (a stream of their own).
+        // At a fixed point of a stream they would wait for that stream's earlier work: in
+        // the forward stream for the next group's forward, in the backward stream for the
+        // previous group's whole backward.
+        const auto pass = [&](OpKind kind, double seconds, int dep) {
+          int& last = last_posted[static_cast<std::size_t>(at(k))];
+          Op o = compute(kind, at(k), Stream::kBackward, j, l, seconds * share, {dep});
+          if (last >= 0) o.deps.push_back(last);
+          o.posted = true;
+          return last = s.add(std::move(o));
+        };
+        const int hf = pass(OpKind::kHeadForward, eh.head_fwd, arrived);
+        ring[static_cast<std::size_t>(k)] = pass(OpKind::kHeadBackwardInput, eh.head_bwd, hf);
+        pass(OpKind::kHeadBackwardWeight, eh.head_wgrad, ring[static_cast<std::size_t>(k)]);
+      }
+      if (p == 1) return std::pair{ring[0], -1};
+      int partial = -1;  // the merged gradient, A_{h+1} → … → A_{h+p-1} → A_h
+      for (int k = 1; k < p; ++k) {
+        std::vector<int> deps{ring[static_cast<std::size_t>(k)]};
+        if (partial >= 0) deps.push_back(partial);
+        partial = comm(OpKind::kSend, at(k), at((k + 1) % p), j, l,
+                       pb.layers[static_cast<std::size_t>(l)].hidden_bytes, true, std::move(deps));
+      }
+      return std::pair{partial, ring[0]};
+    };
+
     for (int g0 = 0; g0 < m; g0 += g) {
       const int g1 = std::min(m, g0 + g);
       // Forward, layer by layer, so each worker's fwd stream gets (round, micro-batch) order.
@@ -171,10 +227,11 @@ struct AFPipe {
           // Where the gradient of layer l's output comes from: the loss (after the
           // forward of the last layer) or layer l+1's attention input-gradient.
           int src = last ? arrive[idx(j, l)] : grad_out[idx(j, l + 1)];
-          if (last && eh.head_fwd + eh.head_bwd + eh.head_wgrad > 0) {  // logits, loss and back
-            const int hf = s.add(compute(OpKind::kHeadForward, A(l), Stream::kForward, j, l, eh.head_fwd, {src}));
-            src = s.add(compute(OpKind::kHeadBackwardInput, A(l), Stream::kBackward, j, l, eh.head_bwd, {hf}));
-            s.add(compute(OpKind::kHeadBackwardWeight, A(l), Stream::kBackward, j, l, eh.head_wgrad, {src}));
+          std::vector<int> head_done;  // A_h's own shard of the head's input gradient, merged into src
+          if (last && eh.head_fwd + eh.head_bwd + eh.head_wgrad > 0) {
+            const auto [merged, own] = head(j, l, src);
+            src = merged;
+            if (own >= 0) head_done.push_back(own);
           }
           int at_a = -1;  // gradient present on A(l) for the attention backward
           if (c.moe) {
@@ -188,8 +245,9 @@ struct AFPipe {
             } else {
               int at_al = src;
               if (!last && A(l + 1) != A(l)) at_al = comm(OpKind::kSend, A(l + 1), A(l), j, l, c.hidden_bytes, true, {src});
-              to_f = comm(OpKind::kDispatch, A(l), F(l), j, l, c.combine_bytes / imb * gpus(F(l)) / gpus(A(l)), true,
-                          {at_al}, imb);
+              head_done.push_back(at_al);
+              to_f = comm(OpKind::kDispatch, A(l), F(l), j, l,
+                          c.combine_bytes / imb * gpus(F(l)) / gpus(A(l)), true, std::move(head_done), imb);
             }
             const int eb = s.add(compute(OpKind::kExpertBackwardInput, F(l), Stream::kBackward, j, l, c.expert_bwd,
                                          {to_f, exp_f[idx(j, l)]}));
@@ -204,8 +262,9 @@ struct AFPipe {
             at_a = (!last && A(l + 1) != A(l)) ? comm(OpKind::kSend, A(l + 1), A(l), j, l, c.hidden_bytes, true, {src})
                                                : src;
           }
-          const int ab = s.add(compute(OpKind::kAttentionBackwardInput, A(l), Stream::kBackward, j, l, c.attn_bwd,
-                                       {at_a, attn_f[idx(j, l)]}));
+          head_done.insert(head_done.end(), {at_a, attn_f[idx(j, l)]});
+          const int ab = s.add(compute(OpKind::kAttentionBackwardInput, A(l), Stream::kBackward, j, l,
+                                       c.attn_bwd, std::move(head_done)));
           Op aw = compute(OpKind::kAttentionBackwardWeight, A(l), Stream::kBackward, j, l, c.attn_wgrad, {ab});
           aw.free_bytes = c.attn_activation_bytes;
           int awi = s.add(std::move(aw));

@@ -38,11 +38,12 @@ struct CostOptions {
   int global_batch = 0;
   int micro_batches = 0;                      ///< pipeline micro-batches per step; 0: derived from global_batch
   double memory_fraction = plan::kDefaultMemoryFraction;  ///< usable share of HBM when judging whether a layout fits
-  /// Schedule the embedding and the output head as ops (Problem::embedding_head) on the
-  /// first and last layer's worker. Off by default: on AF-Pipe's interleaved layer
-  /// assignment the whole head lands on one A group (DeepSeek-MoE-16B 4K: about 8 layers'
-  /// worth of A work on a group holding 2), which the planner does not model yet; off,
-  /// MFU still counts the head's FLOPs without simulating them.
+  /// Schedule the embedding and the output head as ops (Problem::embedding_head): the
+  /// baselines on their first and last stage (as Megatron places them), AF-Pipe its
+  /// embedding on the first A group and its head vocabulary-parallel over all p of them
+  /// (schedule/afpipe.hpp), which the planner prices (plan::PlanOptions::embedding_head).
+  /// Off by default, as in the planner; off, MFU still counts the head's FLOPs without
+  /// simulating them.
   bool embedding_head = false;
   /// Context parallelism of the attention (data-parallel) GPUs: each micro-batch's
   /// sequences split over this many GPUs of one node, exchanging keys and values in a
@@ -218,28 +219,13 @@ inline double model_flops_per_sequence_batch(const ModelSpec& m) {
   return plan::model_layer_flops(m).total() + plan::head_flops(m).total();
 }
 
-// The embedding and the output head of one micro-batch on one GPU. The head's GEMMs
-// (plan::head_flops, compute-bound) run at the attention side's efficiency, where they
-// are scheduled; the final norm and the loss are elementwise and left out (fused
-// cross-entropy kernels, as Megatron's, read the logits once). The embedding is a
-// gather with no FLOPs, so its roofline time is its HBM traffic (Williams et al. 2009):
-// T rows of d read and written forward; its gradient reads T rows of d and
-// read-modify-writes as many rows of the table's gradient.
+// The embedding and the output head of one micro-batch on one GPU, whole
+// (plan::embedding_head_seconds: the planner prices the same seconds).
 inline EmbeddingHeadCost embedding_head_cost(const ModelSpec& m, const ClusterSpec& c, const CostOptions& o,
                                              int cp = 1) {
-  plan::PassFlops head = plan::head_flops(m);
-  head.forward /= cp;  // a GPU's T / cp tokens (context parallelism)
-  head.backward_input /= cp;
-  head.backward_weight /= cp;
-  const double rows = double(m.tokens_per_micro_batch()) / cp * m.hidden;
   const double gb = o.memory.grad_bytes > 0 ? o.memory.grad_bytes : bytes_of(m.dtype);
-  EmbeddingHeadCost e;
-  e.embed_fwd = 2 * rows * bytes_of(m.dtype) / c.gpu.hbm_bandwidth;
-  e.embed_wgrad = 3 * rows * gb / c.gpu.hbm_bandwidth;
-  e.head_fwd = flops_seconds(head.forward, c, m.dtype, o.efficiency.attention);
-  e.head_bwd = flops_seconds(head.backward_input, c, m.dtype, o.efficiency.attention);
-  e.head_wgrad = flops_seconds(head.backward_weight, c, m.dtype, o.efficiency.attention);
-  return e;
+  const plan::EmbeddingHeadSeconds s = plan::embedding_head_seconds(m, c, o.efficiency.attention, gb, cp);
+  return {s.embed_fwd, s.embed_wgrad, s.head_fwd, s.head_bwd, s.head_wgrad};
 }
 
 }  // namespace detail
@@ -411,13 +397,15 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
     x.dispatch_bytes = lc.dispatch_bytes;
     x.combine_bytes = lc.return_bytes * scale * x.ffn_imbalance;
     x.hidden_bytes = t * m.hidden * eb;
-    // A-side weights of this layer, plus the input embedding on layer 0 and the final
-    // norm and output head on the last layer (one matrix when tied and both layers are
-    // on one pair): replicated over the A group, so all-reduced and ZeRO-1-sharded there.
-    const double vd = double(m.vocab) * m.hidden;
+    // A-side weights of this layer, plus the input embedding on layer 0, the final norm
+    // on the last layer and, on each pair's last layer, the pair's vocabulary shard of
+    // the output head (AFPipe's head is vocabulary-parallel; pair 0's shard is part of
+    // the embedding when tied): replicated over the A group, so all-reduced and
+    // ZeRO-1-sharded there. plan::head_shard_params is the planner's same rule.
     double a_params = double(plan::attention_side_params(m, l));
-    if (l == 0) a_params += vd;
-    if (l + 1 == m.layers) a_params += m.hidden + ((m.tied_embeddings && l % pg == 0) ? 0 : vd);
+    if (l == 0) a_params += double(m.vocab) * m.hidden;
+    if (l + 1 == m.layers) a_params += m.hidden;
+    if (l + pg >= m.layers) a_params += plan::head_shard_params(m, pg, l % pg);
     x.attn_grad_bytes = plan::ring_all_reduce_bytes(a_params * gb, ga);
     double replicated = lc.moe ? double(m.shared_experts) * double(gated_ffn_params(m, m.shared_expert_ffn))
                                : double(plan::ffn_side_params(m, l));

@@ -116,8 +116,12 @@ inline std::vector<int> topological_index(const Schedule& s) {
   for (std::size_t w = 0; w < s.workers.size(); ++w)
     for (int k = 0; k < kStreams; ++k) {
       if (k == static_cast<int>(Stream::kComm) && !s.workers[w].in_order_comm) continue;
-      const auto& q = s.order[w][static_cast<std::size_t>(k)];
-      for (std::size_t i = 1; i < q.size(); ++i) edge(q[i - 1], q[i]);
+      int previous = -1;  // ops outside the stream's order keep no turn
+      for (int id : s.order[w][static_cast<std::size_t>(k)]) {
+        if (outside_stream_order(s, s.ops[static_cast<std::size_t>(id)])) continue;
+        if (previous >= 0) edge(previous, id);
+        previous = id;
+      }
     }
   std::queue<int> ready;
   for (std::size_t i = 0; i < n; ++i)

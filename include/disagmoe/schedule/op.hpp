@@ -153,6 +153,12 @@ struct Op {
   /// Network::comm_sm_fraction of the SMs on both ends; false: an RDMA engine, which
   /// holds Network::rdma_sm_fraction. Policies set it by transport, never by kind.
   bool uses_sms = false;
+  /// Starts as soon as its deps are done, beside its stream's order (outside_stream_order):
+  /// a compute op on a CUDA stream of its own, sharing the GPU with the worker's other
+  /// compute while both run. Policies set it for work whose inputs arrive at no fixed
+  /// point of the stream (AF-Pipe's vocabulary-parallel head), and chain a worker's
+  /// posted compute ops by dependencies (one runs at a time; the simulator refuses more).
+  bool posted = false;
   /// compute: time at the worker's full rate; comm: overhead added to its message
   /// latency (0 unless calibrated from a measured run: runtime::calibrated)
   double seconds = 0;
@@ -218,9 +224,11 @@ struct Schedule {
 };
 
 /// True when `op` starts as soon as its dependencies are done instead of at its turn in
-/// its stream: a comm op of a worker whose comm stream is not in order, or a pipeline
-/// send of a worker that posts its sends (Worker::posted_sends). O(1).
+/// its stream: a posted op (Op::posted), a comm op of a worker whose comm stream is not
+/// in order, or a pipeline send of a worker that posts its sends (Worker::posted_sends).
+/// O(1).
 inline bool outside_stream_order(const Schedule& s, const Op& op) {
+  if (op.posted) return true;
   if (op.stream != Stream::kComm) return false;
   const Worker& w = s.workers[static_cast<std::size_t>(op.worker)];
   return !w.in_order_comm || (w.posted_sends && op.kind == OpKind::kSend);

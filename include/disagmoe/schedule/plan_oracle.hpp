@@ -59,6 +59,7 @@ inline CostOptions cost_options(const plan::PlanOptions& o, const ModelSpec& m, 
   c.global_batch = plan::global_batch_of(o, m);
   c.memory_fraction = o.memory_fraction;
   c.context_parallel = x.context_parallel;
+  c.embedding_head = o.embedding_head;
   return c;
 }
 
@@ -75,6 +76,7 @@ inline plan::PlanOptions plan_options(const CostOptions& c, const PolicyKnobs& k
   o.memory_fraction = c.memory_fraction;
   o.m2n_uses_sms = k.af_uses_sms;
   o.context_parallel = c.context_parallel;
+  o.embedding_head = c.embedding_head;
   return o;
 }
 

@@ -5,8 +5,8 @@
 /// Rules (issue 5; the recurrence of sail-sg's `transform_schedule` generalised to
 /// shared resources):
 /// - an op starts when it heads its (worker, stream) queue and all its deps are done;
-///   comm ops of a worker with `in_order_comm == false`, and pipeline sends of one with
-///   `posted_sends`, start as soon as deps are done;
+///   posted ops (Op::posted), comm ops of a worker with `in_order_comm == false`, and
+///   pipeline sends of one with `posted_sends`, start as soon as deps are done;
 /// - compute ops progress at 1/seconds, divided equally among the compute ops running on
 ///   the worker (fwd and bwd streams share the GPU), times (1 - comm_sm_fraction) while an
 ///   SM-using comm op touches the worker and (1 - rdma_sm_fraction) less while an RDMA
@@ -131,16 +131,19 @@ class Simulator {
     gate_.resize(n);
     uses_.clear();
     delay_.clear();
+    std::vector<int> unordered_roots;  // ops outside stream order with no deps: started first
     for (std::size_t i = 0; i < n; ++i) {
       const Op& op = s_.ops[i];
       gate_[i] = {static_cast<int>(op.deps.size()), -1};
       for (int d : op.deps) ++succ_start_[static_cast<std::size_t>(d) + 1];
       Node& o = nodes_[i];
       o = Node{};
-      if (outside_stream_order(s_, op))
+      if (outside_stream_order(s_, op)) {
         o.flags |= kUnordered;
-      else
+        if (op.deps.empty()) unordered_roots.push_back(static_cast<int>(i));
+      } else {
         o.pos = slots_.pos[i];
+      }
       o.worker = op.worker;
       o.stream = static_cast<std::uint8_t>(op.stream);
       o.alloc = op.alloc_bytes;
@@ -181,10 +184,17 @@ class Simulator {
     heap_.clear();
     core_queue_.clear();
     core_next_ = 0;
+    // Worker by worker, its streams' heads, then its unordered roots in stream order.
+    std::sort(unordered_roots.begin(), unordered_roots.end(), [&](int a, int b) {
+      return slots_.pos[static_cast<std::size_t>(a)] < slots_.pos[static_cast<std::size_t>(b)];
+    });
+    auto root = unordered_roots.begin();
     for (std::size_t w = 0; w < nw; ++w) {
       for (int k = 0; k < kStreams; ++k) try_start_head(static_cast<int>(w), k);
-      for (int id : s_.order[w][2])
-        if ((nodes_[static_cast<std::size_t>(id)].flags & kUnordered) != 0) try_start(id);
+      for (; root != unordered_roots.end() &&
+             nodes_[static_cast<std::size_t>(*root)].worker == static_cast<int>(w);
+           ++root)
+        try_start(*root);
     }
     while (!heap_.empty()) {
       const Entry e = pop();
@@ -359,6 +369,10 @@ class Simulator {
       if (!compute) return instant(id);
       touch(o.worker);
       if (cores_ > 0) running_compute_ += cores_of(o.worker);
+      // One per compute stream plus one posted op (Op::posted: a worker's are chained).
+      if (wk.ncompute == kStreams)
+        fail("Schedule.ops[" + std::to_string(id) + "].posted", true,
+             "posted compute ops of one worker chained by dependencies (one runs at a time)");
       o.state = kRunning;
       o.left = 1;
       o.since = now_;
@@ -562,9 +576,8 @@ class Simulator {
     for (std::size_t w = 0; w < s_.workers.size(); ++w)
       for (std::size_t k = 0; k < kStreams; ++k) {
         const std::size_t wk = w * kStreams + k;
-        if (k == 2)
-          for (int id : s_.order[w][k])
-            if ((node(id).flags & kUnordered) != 0) blocked(id);
+        for (int id : s_.order[w][k])
+          if ((node(id).flags & kUnordered) != 0) blocked(id);
         if (k == 2 && !s_.workers[w].in_order_comm) continue;
         if (head_[wk] < slots_.begin[wk + 1]) blocked(q_[head_[wk]]);
       }

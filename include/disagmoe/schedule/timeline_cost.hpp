@@ -8,6 +8,7 @@
 #pragma once
 
 #include <disagmoe/limits.hpp>
+#include <disagmoe/schedule/afpipe.hpp>
 #include <disagmoe/schedule/baselines.hpp>
 #include <disagmoe/schedule/cost_adapter.hpp>
 
@@ -46,13 +47,19 @@ inline constexpr std::int64_t kFusedOpsPerLayer = 1 + 8 + 8 + 1 + 2 + 2;
 /// gradient, the output head's forward, input and weight gradients (Problem::embedding_head).
 inline constexpr std::int64_t kEmbeddingHeadOps = 5;
 
+/// Ops AF-Pipe's vocabulary-parallel head (schedule/afpipe.hpp) adds per micro-batch
+/// beyond kEmbeddingHeadOps with p pairs: three passes on each further A group and a
+/// send each way between neighbours of the ring.
+constexpr std::int64_t head_ring_ops(std::int64_t p) { return 5 * (p - 1); }
+
 /// Upper bound on the timeline `schedule` (a kScheduleNames entry; `chunks`: the chunked
 /// policy's per MoE layer) builds for `m` under `o`, over every layout simulate_best tries: micro-batches are
 /// at most global_batch / micro_batch × context_parallel (1 when 0: the degree a search always runs;
 /// simulate_best skips larger degrees whose timelines exceed the budgets; a layout's data-parallel
 /// width only divides them), each layer of each micro-batch emits at most
 /// ops_per_layer ops (kFusedOpsPerLayer for comet, whatever its tiles; plus
-/// kEmbeddingHeadOps per micro-batch), and every layer adds at most four gradient
+/// kEmbeddingHeadOps per micro-batch, and with CostOptions::embedding_head for AF-Pipe
+/// head_ring_ops at its most pairs, one per layer), and every layer adds at most four gradient
 /// all-reduces. O(1); checked 64-bit arithmetic (ConfigError naming the micro-batches or chunks on overflow).
 inline TimelineCost timeline_cost(std::string_view schedule, const ModelSpec& m, const CostOptions& o,
                                   int chunks = 1) {
@@ -64,8 +71,9 @@ inline TimelineCost timeline_cost(std::string_view schedule, const ModelSpec& m,
                                            std::max(1, o.context_parallel), "context_parallel"));
   const std::int64_t nc = schedule == ChunkedOverlap::kName ? std::max(1, chunks) : 1;
   const std::int64_t per_layer = schedule == CometOverlap::kName ? kFusedOpsPerLayer : ops_per_layer(nc);
-  const std::int64_t per_mb =
-      checked_add(checked_mul(m.layers, per_layer, "chunks"), kEmbeddingHeadOps, "chunks");
+  const std::int64_t head =
+      kEmbeddingHeadOps + (o.embedding_head && schedule == AFPipe::kName ? head_ring_ops(m.layers) : 0);
+  const std::int64_t per_mb = checked_add(checked_mul(m.layers, per_layer, "chunks"), head, "chunks");
   t.ops = checked_add(checked_mul(t.micro_batches, per_mb, "micro_batches"), 4 * std::int64_t{m.layers},
                       "micro_batches");
   t.bytes = kBytesPerOp * static_cast<double>(t.ops);
