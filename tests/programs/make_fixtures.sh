@@ -48,6 +48,7 @@ echo '{"model": "olmoe-1b-7b", "cluster": "h100", "micro_batch": 0, "allocation"
 echo '{"preset": "h100", "kernel_comm_sm_fraction": 1}' >"$d/cluster_all_sms.json"
 echo '{"model": "olmoe-1b-7b", "cluster": "h100", "optimizer_bytes": -2, "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_bad_optimizer.json"
 echo '{"model": "olmoe-1b-7b", "cluster": "h100", "optimizer_bytes": "bf16", "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_text_optimizer.json"
+echo '{"model": "olmoe-1b-7b", "cluster": "h100", "embedding_head": 1, "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_number_head.json"
 echo '{"groups": 1.5, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}' >"$d/plan_float.json"
 echo '{"groups": -1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}' >"$d/plan_negative.json"
 # A gzip bomb: 64 KiB that inflates to 256 MiB of one repeated MPS-looking line.

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace ds = disagmoe::schedule;
 namespace dp = disagmoe::plan;
@@ -169,4 +170,49 @@ TEST_CASE("search by simulation: the default budget is simulated ops; a plan too
   CHECK(p.allocation == analytic.allocation);
   CHECK(skipped.find(std::to_string(ops) + " ops") != std::string::npos);
   CHECK(dp::to_json(p).at("refinement").at("skipped").get<std::string>() == skipped);
+}
+
+namespace {
+// The analytic step, except that one pair count runs twice as fast: a stand-in for a
+// simulator that disagrees with the analytic ranking across pair counts.
+struct FastPairCountOracle {
+  using oracle_concept = dp::step_time_oracle_tag;
+  const dp::AnalyticModel* model;
+  int fast_groups;
+  [[nodiscard]] double step_seconds(const dp::Allocation& x) const {
+    return dp::AnalyticOracle{model}.step_seconds(x) * (x.groups == fast_groups ? 0.5 : 1.0);
+  }
+};
+}  // namespace
+
+TEST_CASE("search by simulation also starts from the analytic best of every other pair count") {
+  const dp::AdaptiveAllocator allocator = deepseek_16k();
+  const dp::AnalyticModel& model = allocator.model();
+  const dp::Plan analytic = allocator.plan();
+  const std::vector<dp::Allocation> starts = dp::fastest_per_pair_count(model);
+  // One per pair count that fits, each the analytic optimum of its count (brute force).
+  REQUIRE(starts.size() >= 3);
+  for (const dp::Allocation& s : starts) {
+    double best = std::numeric_limits<double>::infinity();
+    dp::for_each_allocation(model, [&](const dp::Allocation& x) {
+      if (x.groups == s.groups && model.estimate(x).fits())
+        best = std::min(best, model.estimate(x).step_seconds);
+    });
+    CHECK(model.estimate(s).step_seconds == best);
+  }
+  // The fast pair count: the one farthest from the plan's, out of reach of a few steps.
+  const dp::Allocation far = std::abs(starts.front().groups - analytic.allocation.groups) >
+                                     std::abs(starts.back().groups - analytic.allocation.groups)
+                                 ? starts.front()
+                                 : starts.back();
+  const FastPairCountOracle oracle{&model, far.groups};
+  const long budget = static_cast<long>(starts.size()) + 40;
+  const dp::Plan p = allocator.refine(analytic, oracle, {budget});
+  CHECK(p.allocation.groups == far.groups);
+  CHECK(p.refinement.step_seconds <= oracle.step_seconds(far));
+  CHECK(p.refinement.from_step_seconds == oracle.step_seconds(analytic.allocation));
+  CHECK(p.refinement.evaluations <= budget);
+  // Without the other starts, descent from the plan alone stays away from it.
+  const dp::SearchResult alone = dp::local_search(model, oracle, analytic.allocation, {budget});
+  CHECK(alone.best.groups != far.groups);
 }

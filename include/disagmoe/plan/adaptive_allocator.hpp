@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,6 +68,22 @@ inline std::pair<FitReport, double> closest_fit(const AnalyticModel& model) {
     }
   });
   return {closest, best};
+}
+
+/// For every pair count p with an allocation that fits, the one the analytic model
+/// predicts fastest (ties: the first enumerated), by increasing p.
+/// O(#allocations · layers).
+inline std::vector<Allocation> fastest_per_pair_count(const AnalyticModel& model) {
+  std::map<int, std::pair<double, Allocation>> best;
+  for_each_allocation(model, [&](const Allocation& x) {
+    const StepEstimate e = model.estimate(x);
+    if (!e.fits()) return;
+    const auto [it, fresh] = best.try_emplace(x.groups, e.step_seconds, x);
+    if (!fresh && e.step_seconds < it->second.first) it->second = {e.step_seconds, x};
+  });
+  std::vector<Allocation> v;
+  for (const auto& [p, entry] : best) v.push_back(entry.second);
+  return v;
 }
 
 /// `o` with its automatic choices resolved: PlanOptions::context_parallel (0: each of
@@ -157,13 +174,20 @@ class AdaptiveAllocator {
   }
 
   /// `p` (a plan of this allocator) refined by a second local search from its
-  /// allocation with `oracle` (Refinement). The allocation becomes the second search's
+  /// allocation with `oracle` (Refinement), which first also tries, budget allowing,
+  /// the analytic model's fastest allocation at every other pair count
+  /// (fastest_per_pair_count) and descends from the fastest: the analytic model's error
+  /// grows with the layers a pair holds, so its ranking across pair counts is where it
+  /// misleads most, and steps of one pair count at a time rarely cross the gap. The
+  /// allocation becomes the second search's
   /// best when the oracle can run there (finite step time), and everything derived
   /// from it (predicted, groups, roofline, binding) follows; the first search's record
   /// (seed, step_seconds, evaluations) is kept. A plan whose `oracle` is +inf
   /// everywhere it looked keeps its allocation, with the +inf recorded.
   template <step_time_oracle O>
-  [[nodiscard]] Plan refine(const Plan& p, const O& oracle, const SearchOptions& search) const {
+  [[nodiscard]] Plan refine(const Plan& p, const O& oracle, SearchOptions search) const {
+    for (const Allocation& x : fastest_per_pair_count(model_))
+      if (x.groups != p.allocation.groups) search.starts.push_back(x);
     const SearchResult r = local_search(model_, oracle, p.allocation, search);
     const SearchResult first{p.seed, p.seed_step_seconds, p.allocation, p.step_seconds, p.evaluations,
                              p.budget_exhausted};

@@ -32,6 +32,9 @@ static_assert(step_time_oracle<AnalyticOracle>);
 /// Limits of the search.
 struct SearchOptions {
   long max_evaluations = 2000;  ///< oracle calls, the seed included (>= 1)
+  /// Further starting points (valid allocations), evaluated after the seed while the
+  /// budget lasts: the descent starts from the fastest of them and the seed.
+  std::vector<Allocation> starts;
 };
 
 /// Outcome of a local search.
@@ -109,10 +112,10 @@ inline std::vector<Allocation> neighbours(const AnalyticModel& model, const Allo
   return out;
 }
 
-/// Steepest-descent local search from `seed` (which must be valid): evaluates all
-/// neighbours of the current allocation, moves to the best if it improves, stops at
-/// a local optimum or when `opt.max_evaluations` oracle calls are spent. Each
-/// distinct allocation is evaluated once. Deterministic.
+/// Steepest-descent local search from `seed` (which must be valid), or from the fastest
+/// of it and `opt.starts`: evaluates all neighbours of the current allocation, moves to
+/// the best if it improves, stops at a local optimum or when `opt.max_evaluations`
+/// oracle calls are spent. Each distinct allocation is evaluated once. Deterministic.
 template <step_time_oracle O>
 SearchResult local_search(const AnalyticModel& model, const O& oracle, const Allocation& seed,
                           const SearchOptions& opt = {}) {
@@ -137,6 +140,17 @@ SearchResult local_search(const AnalyticModel& model, const O& oracle, const All
   };
   r.seed = r.best = seed;
   r.seed_step_seconds = r.best_step_seconds = eval(seed);
+  for (const Allocation& x : opt.starts) {
+    expect(model.valid(x), "start", model.describe_allocation(x), "a valid allocation");
+    if (r.evaluations >= opt.max_evaluations) {
+      r.budget_exhausted = true;
+      return r;
+    }
+    if (const double t = eval(x); t < r.best_step_seconds) {
+      r.best = x;
+      r.best_step_seconds = t;
+    }
+  }
   for (;;) {
     Allocation next = r.best;
     double next_t = r.best_step_seconds;
