@@ -56,7 +56,7 @@ double median(std::vector<double> v) {
 }
 
 struct Options {
-  bool quick = false, speed_only = false, rdma_m2n = false, no_speed = false;
+  bool quick = false, speed_only = false, rdma_m2n = false, no_speed = false, embedding_head = false;
   std::string only;  // --only LABEL: time that schedule alone
   int reps = 5;      // simulate() calls per schedule in the speed section (median reported)
   std::vector<int> seqs{4096, 8192, 16384, 32768};
@@ -66,19 +66,22 @@ struct Options {
 };
 
 int run(Options o) {
-  auto& [quick, speed_only, rdma_m2n, no_speed, only, reps, seqs, global_batch, max_stages, optimizer_bytes, models] =
-      o;
+  auto& [quick, speed_only, rdma_m2n, no_speed, embedding_head, only, reps, seqs, global_batch, max_stages,
+         optimizer_bytes, models] = o;
   disagmoe::cli::expect_optimizer_bytes(optimizer_bytes);
   const auto cluster = disagmoe::cluster_preset("h800x128");
   if (quick) seqs = {4096};
   ds::CostOptions cost;
   cost.global_batch = global_batch;
   cost.memory.optimizer_bytes = optimizer_bytes;
-  std::printf("cluster %s (%d GPUs), global batch %d sequences, bf16, %g bytes of optimizer state per parameter, "
-              "dedup dispatch, SM share of comm %.3f, baseline stages <= %d (each at its best EP degree, DeepEP "
-              "dedup), AF M2N on %s\n",
-              cluster.name.c_str(), cluster.gpus(), global_batch, optimizer_bytes, cluster.kernel_comm_sm_fraction,
-              max_stages, rdma_m2n ? "RDMA (no SMs)" : "SMs");
+  cost.embedding_head = embedding_head;
+  std::printf(
+      "cluster %s (%d GPUs), global batch %d sequences, bf16, %g bytes of optimizer state per parameter, "
+      "dedup dispatch, SM share of comm %.3f, baseline stages <= %d (each at its best EP degree, DeepEP "
+      "dedup), AF M2N on %s, embedding and head %s\n",
+      cluster.name.c_str(), cluster.gpus(), global_batch, optimizer_bytes, cluster.kernel_comm_sm_fraction,
+      max_stages, rdma_m2n ? "RDMA (no SMs)" : "SMs",
+      embedding_head ? "scheduled (AF-Pipe's head vocabulary-parallel)" : "not scheduled");
   const auto t_all = std::chrono::steady_clock::now();
   for (const auto& name : models) {
     for (int seq : seqs) {
@@ -238,6 +241,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-speed", o.no_speed, "skip the simulator-speed section")->excludes(speed);
   app.add_flag("--rdma-m2n", o.rdma_m2n, "AF-Pipe's M2N transfers on an RDMA engine that takes no SMs");
   disagmoe::cli::add_optimizer_bytes(app, o.optimizer_bytes);
+  app.add_flag(
+      "--embedding-head", o.embedding_head,
+      "schedule the embedding and the output head in every schedule (AF-Pipe's head vocabulary-parallel "
+      "over its A groups)");
   app.add_option("--only", o.only, "time this schedule alone in the speed section (profiling)")
       ->check(CLI::IsMember(labels));
   app.add_option("--reps", o.reps, "simulate() calls per schedule in the speed section (median reported)")

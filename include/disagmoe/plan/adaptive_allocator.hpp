@@ -174,8 +174,8 @@ class AdaptiveAllocator {
   }
 
   /// `p` (a plan of this allocator) refined by a second local search from its
-  /// allocation with `oracle` (Refinement), which first also tries, budget allowing,
-  /// the analytic model's fastest allocation at every other pair count
+  /// allocation with `oracle` (Refinement), which also tries, budget allowing, the
+  /// analytic model's fastest allocation at every other pair count
   /// (fastest_per_pair_count) and descends from the fastest: the analytic model's error
   /// grows with the layers a pair holds, so its ranking across pair counts is where it
   /// misleads most, and steps of one pair count at a time rarely cross the gap. The

@@ -112,15 +112,19 @@ inline std::vector<Allocation> neighbours(const AnalyticModel& model, const Allo
   return out;
 }
 
-/// Steepest-descent local search from `seed` (which must be valid), or from the fastest
-/// of it and `opt.starts`: evaluates all neighbours of the current allocation, moves to
-/// the best if it improves, stops at a local optimum or when `opt.max_evaluations`
-/// oracle calls are spent. Each distinct allocation is evaluated once. Deterministic.
+/// Steepest-descent local search from `seed` (which must be valid): evaluates all
+/// neighbours of the current allocation, moves to the best if it improves, stops at a
+/// local optimum or when `opt.max_evaluations` oracle calls are spent. With
+/// `opt.starts`, they are evaluated after the seed and the descent starts from the
+/// fastest of all; budget left then also descends from the seed. Each distinct
+/// allocation is evaluated once. Deterministic.
 template <step_time_oracle O>
 SearchResult local_search(const AnalyticModel& model, const O& oracle, const Allocation& seed,
                           const SearchOptions& opt = {}) {
   expect(opt.max_evaluations >= 1, "max_evaluations", opt.max_evaluations, "a positive number of evaluations");
   expect(model.valid(seed), "seed", model.describe_allocation(seed), "a valid allocation");
+  for (const Allocation& x : opt.starts)
+    expect(model.valid(x), "start", model.describe_allocation(x), "a valid allocation");
   std::map<std::tuple<int, int, int, int, int, bool, bool, bool>, double> cache;
   SearchResult r;
   auto eval = [&](const Allocation& a) -> double {
@@ -138,10 +142,35 @@ SearchResult local_search(const AnalyticModel& model, const O& oracle, const All
     cache.emplace(key, t);
     return t;
   };
+  // Descends from `x` (step `t`) to a local optimum or the end of the budget.
+  auto descend = [&](Allocation x, double t) {
+    for (;;) {
+      Allocation next = x;
+      double next_t = t;
+      for (const Allocation& y : neighbours(model, x)) {
+        if (r.evaluations >= opt.max_evaluations) {
+          r.budget_exhausted = true;
+          break;
+        }
+        const double u = eval(y);
+        if (u < next_t) {
+          next = y;
+          next_t = u;
+        }
+      }
+      if (!(next_t < t)) break;
+      x = next;
+      t = next_t;
+      if (r.budget_exhausted) break;
+    }
+    if (t < r.best_step_seconds) {
+      r.best = x;
+      r.best_step_seconds = t;
+    }
+  };
   r.seed = r.best = seed;
   r.seed_step_seconds = r.best_step_seconds = eval(seed);
   for (const Allocation& x : opt.starts) {
-    expect(model.valid(x), "start", model.describe_allocation(x), "a valid allocation");
     if (r.evaluations >= opt.max_evaluations) {
       r.budget_exhausted = true;
       return r;
@@ -151,25 +180,10 @@ SearchResult local_search(const AnalyticModel& model, const O& oracle, const All
       r.best_step_seconds = t;
     }
   }
-  for (;;) {
-    Allocation next = r.best;
-    double next_t = r.best_step_seconds;
-    for (const Allocation& y : neighbours(model, r.best)) {
-      if (r.evaluations >= opt.max_evaluations) {
-        r.budget_exhausted = true;
-        break;
-      }
-      const double t = eval(y);
-      if (t < next_t) {
-        next = y;
-        next_t = t;
-      }
-    }
-    if (!(next_t < r.best_step_seconds)) break;
-    r.best = next;
-    r.best_step_seconds = next_t;
-    if (r.budget_exhausted) break;
-  }
+  const Allocation first = r.best;
+  descend(first, r.best_step_seconds);
+  // Budget left: the seed's own descent too, when it did not start the first.
+  if (!r.budget_exhausted && !(first == seed)) descend(seed, r.seed_step_seconds);
   return r;
 }
 
