@@ -176,7 +176,8 @@ class AdaptiveAllocator {
   /// `p` (a plan of this allocator) refined by a second local search from its
   /// allocation with `oracle` (Refinement), which also tries, budget allowing, the
   /// analytic model's fastest allocation at every other pair count
-  /// (fastest_per_pair_count) and descends from the fastest: the analytic model's error
+  /// (fastest_per_pair_count, analytically fastest first, on at most half the budget)
+  /// and descends from the fastest: the analytic model's error
   /// grows with the layers a pair holds, so its ranking across pair counts is where it
   /// misleads most, and steps of one pair count at a time rarely cross the gap. The
   /// allocation becomes the second search's
@@ -188,6 +189,11 @@ class AdaptiveAllocator {
   [[nodiscard]] Plan refine(const Plan& p, const O& oracle, SearchOptions search) const {
     for (const Allocation& x : fastest_per_pair_count(model_))
       if (x.groups != p.allocation.groups) search.starts.push_back(x);
+    // The analytically fastest first: a small budget tries the likeliest ones.
+    std::stable_sort(search.starts.begin(), search.starts.end(),
+                     [&](const Allocation& a, const Allocation& b) {
+                       return model_.estimate(a).step_seconds < model_.estimate(b).step_seconds;
+                     });
     const SearchResult r = local_search(model_, oracle, p.allocation, search);
     const SearchResult first{p.seed, p.seed_step_seconds, p.allocation, p.step_seconds, p.evaluations,
                              p.budget_exhausted};

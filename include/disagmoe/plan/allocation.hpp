@@ -547,7 +547,7 @@ class AnalyticModel {
     pairs.reserve(static_cast<std::size_t>(p));
     double busy = 0;
     for (int i = 0; i < p; ++i) {
-      double ta = head_seconds(p, i), tf = 0, bytes_a = 2 * t * head_ring_row_bytes(p), bytes_f = 0;
+      double ta = head_seconds(p, i), tf = 0, bytes_a = 0, bytes_f = 0;
       double params_a = edge_params(p, i), params_f = 0;
       for (int l : groups[i]) {
         ta += attention_s_[x.recompute.attention][l];
@@ -560,6 +560,8 @@ class AnalyticModel {
         params_a += attention_params_[l];
         params_f += replicated_ffn_params_[l];
       }
+      // The head's ring (its own bytes, apart from the fusion choice below).
+      const double ring_a = 2 * t * head_ring_row_bytes(p) / bw_a;
       const double a = ta / ga, f = tf, na = bytes_a / bw_a, nf = bytes_f / bw_f;
       // Once per step: ring all-reduce of the replicated gradients (A: attention, norms,
       // router, embedding / head; F: shared experts, dense FFN), all_reduce_edges ring
@@ -569,12 +571,12 @@ class AnalyticModel {
       // load both sides alike.
       const double ar_a = all_reduce_edges(ga) * ring_all_reduce_bytes(params_a * grad_bytes, ga) / bw_a / mb;
       const double ar_f = all_reduce_edges(gf) * ring_all_reduce_bytes(params_f * grad_bytes, gf) / bw_f / mb;
-      const double pair_busy = std::max({a, f, na + ar_a, nf + ar_f});
+      const double pair_busy = std::max({a, f, na + ring_a + ar_a, nf + ar_f});
       if (pair_busy > busy) {
         busy = pair_busy;
         e.attention_seconds = a;
         e.ffn_seconds = f;
-        e.attention_network_seconds = na + ar_a;
+        e.attention_network_seconds = na + ring_a + ar_a;
         e.ffn_network_seconds = nf + ar_f;
       }
       // The fusion choice, priced by where its bytes go (NVLink inside a node, the NICs
@@ -596,7 +598,8 @@ class AnalyticModel {
         ra = fa > 0 ? ma / fa : 1;
         rf = ff > 0 ? mf / ff : 1;
       }
-      pairs.push_back({a, f, na * ra, nf * rf, na * ra + ar_a, nf * rf + ar_f, double(groups[i].size())});
+      pairs.push_back({a, f, na * ra + ring_a, nf * rf, na * ra + ring_a + ar_a, nf * rf + ar_f,
+                       double(groups[i].size())});
     }
     e.bound_seconds = busy;
     // Compute slowed by the SMs the M2N kernels hold, over the untaxed period `busy`

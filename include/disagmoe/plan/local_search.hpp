@@ -115,8 +115,8 @@ inline std::vector<Allocation> neighbours(const AnalyticModel& model, const Allo
 /// Steepest-descent local search from `seed` (which must be valid): evaluates all
 /// neighbours of the current allocation, moves to the best if it improves, stops at a
 /// local optimum or when `opt.max_evaluations` oracle calls are spent. With
-/// `opt.starts`, they are evaluated after the seed and the descent starts from the
-/// fastest of all; budget left then also descends from the seed. Each distinct
+/// `opt.starts`, they are evaluated after the seed (on at most half the budget) and the
+/// descent starts from the fastest of all; budget left then also descends from the seed. Each distinct
 /// allocation is evaluated once. Deterministic.
 template <step_time_oracle O>
 SearchResult local_search(const AnalyticModel& model, const O& oracle, const Allocation& seed,
@@ -171,10 +171,7 @@ SearchResult local_search(const AnalyticModel& model, const O& oracle, const All
   r.seed = r.best = seed;
   r.seed_step_seconds = r.best_step_seconds = eval(seed);
   for (const Allocation& x : opt.starts) {
-    if (r.evaluations >= opt.max_evaluations) {
-      r.budget_exhausted = true;
-      return r;
-    }
+    if (2 * r.evaluations >= opt.max_evaluations) break;  // at most half the budget on starts
     if (const double t = eval(x); t < r.best_step_seconds) {
       r.best = x;
       r.best_step_seconds = t;

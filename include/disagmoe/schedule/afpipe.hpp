@@ -23,11 +23,12 @@
 /// logits and local softmax statistics and then its shard's input gradient under its
 /// own normaliser; a second pass of the ring, from A_{h+1} back to A_h, merges the
 /// partial gradients with their (max, sum) statistics exactly, as online softmax merges
-/// partial sums, and A_h continues the backward. The three passes are posted (Op::posted:
+/// partial sums, and A_h continues the backward. Those two passes are posted (Op::posted:
 /// a stream of their own, sharing the GPU), as the shards' inputs arrive at no fixed
-/// point of the forward or backward stream. Each shard's weight gradient follows
-/// its input gradient; the per-token rescale it needs (the global normaliser, 4 bytes per
-/// token) is left out of the transfers. One pair holds the whole head.
+/// point of the forward or backward stream. A third pass of the ring carries the
+/// softmax's global (max, sum) from A_h, which each shard's weight gradient needs (it
+/// rescales every token's probabilities); those run in the backward stream. With one
+/// pair, A_0 holds the whole head.
 #pragma once
 
 #include <disagmoe/error.hpp>
@@ -153,7 +154,8 @@ struct AFPipe {
         if (k > 0)
           arrived = comm(OpKind::kSend, at(k - 1), at(k), j, l,
                          pb.layers[static_cast<std::size_t>(l)].hidden_bytes, false, {arrived});
-        // Posted (Op::posted): each shard's passes run as soon as their input is there,
+        // Posted (Op::posted): each shard's logits and input gradient run as soon as their
+        // input is there,
         // beside the worker's layers, in order among themselves (a stream of their own).
         // At a fixed point of a stream they would wait for that stream's earlier work: in
         // the forward stream for the next group's forward, in the backward stream for the
@@ -167,15 +169,34 @@ struct AFPipe {
         };
         const int hf = pass(OpKind::kHeadForward, eh.head_fwd, arrived);
         ring[static_cast<std::size_t>(k)] = pass(OpKind::kHeadBackwardInput, eh.head_bwd, hf);
-        pass(OpKind::kHeadBackwardWeight, eh.head_wgrad, ring[static_cast<std::size_t>(k)]);
       }
-      if (p == 1) return std::pair{ring[0], -1};
-      int partial = -1;  // the merged gradient, A_{h+1} → … → A_{h+p-1} → A_h
+      // Each shard's weight gradient, in its worker's backward stream (nothing else
+      // waits for it but the step's all-reduce, which that stream orders after it),
+      // once it has its input gradient and the softmax's global (max, sum).
+      const auto weight = [&](int k, int stats) {
+        std::vector<int> deps{ring[static_cast<std::size_t>(k)]};
+        if (stats >= 0) deps.push_back(stats);
+        s.add(compute(OpKind::kHeadBackwardWeight, at(k), Stream::kBackward, j, l, eh.head_wgrad * share,
+                      std::move(deps)));
+      };
+      if (p == 1) {
+        weight(0, -1);
+        return std::pair{ring[0], -1};
+      }
+      int partial = -1;  // the merged gradient and statistics, A_{h+1} → … → A_{h+p-1} → A_h
       for (int k = 1; k < p; ++k) {
         std::vector<int> deps{ring[static_cast<std::size_t>(k)]};
         if (partial >= 0) deps.push_back(partial);
         partial = comm(OpKind::kSend, at(k), at((k + 1) % p), j, l,
                        pb.layers[static_cast<std::size_t>(l)].hidden_bytes, true, std::move(deps));
+      }
+      // The global statistics back around the ring (two fp32 per token) for the shards'
+      // weight gradients.
+      const double stats_bytes = 8.0 * pb.tokens_per_micro_batch / gpus(at(0));
+      weight(0, partial);
+      for (int k = 1, stats = partial; k < p; ++k) {
+        stats = comm(OpKind::kSend, at(k - 1), at(k), j, l, stats_bytes, true, {stats});
+        weight(k, stats);
       }
       return std::pair{partial, ring[0]};
     };

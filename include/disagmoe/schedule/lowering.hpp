@@ -146,6 +146,12 @@ inline std::vector<int> topological_index(const Schedule& s) {
 /// O(ops log ops + deps) plus one simulation.
 inline LoweredSchedule lower(const Schedule& s) {
   validate(s);
+  // The runtime's workers run their compute streams in order and have no stream for
+  // posted compute (AF-Pipe's vocabulary-parallel head, which the runtime does not run).
+  for (std::size_t i = 0; i < s.ops.size(); ++i)
+    if (s.ops[i].posted && !is_comm(s.ops[i].kind))
+      fail("Schedule.ops[" + std::to_string(i) + "].posted", true,
+           "no posted compute: the runtime runs each compute stream in order");
   const SimResult sim = simulate(s);
   expect(!sim.deadlocked, "Schedule " + s.name, "deadlocks", "a schedule that completes:\n" + sim.deadlock_report);
   const std::vector<int> topo = detail::topological_index(s);

@@ -157,7 +157,8 @@ struct Op {
   /// a compute op on a CUDA stream of its own, sharing the GPU with the worker's other
   /// compute while both run. Policies set it for work whose inputs arrive at no fixed
   /// point of the stream (AF-Pipe's vocabulary-parallel head), and chain a worker's
-  /// posted compute ops by dependencies (one runs at a time; the simulator refuses more).
+  /// posted compute ops by dependencies so that one runs at a time (the simulator refuses
+  /// a fourth compute op running on one worker).
   bool posted = false;
   /// compute: time at the worker's full rate; comm: overhead added to its message
   /// latency (0 unless calibrated from a measured run: runtime::calibrated)

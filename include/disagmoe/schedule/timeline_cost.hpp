@@ -48,9 +48,9 @@ inline constexpr std::int64_t kFusedOpsPerLayer = 1 + 8 + 8 + 1 + 2 + 2;
 inline constexpr std::int64_t kEmbeddingHeadOps = 5;
 
 /// Ops AF-Pipe's vocabulary-parallel head (schedule/afpipe.hpp) adds per micro-batch
-/// beyond kEmbeddingHeadOps with p pairs: three passes on each further A group and a
-/// send each way between neighbours of the ring.
-constexpr std::int64_t head_ring_ops(std::int64_t p) { return 5 * (p - 1); }
+/// beyond kEmbeddingHeadOps with p pairs: three passes on each further A group and the
+/// ring's three sends per neighbour (output, merged gradient, statistics).
+constexpr std::int64_t head_ring_ops(std::int64_t p) { return 6 * (p - 1); }
 
 /// Upper bound on the timeline `schedule` (a kScheduleNames entry; `chunks`: the chunked
 /// policy's per MoE layer) builds for `m` under `o`, over every layout simulate_best tries: micro-batches are
