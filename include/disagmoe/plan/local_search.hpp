@@ -32,8 +32,8 @@ static_assert(step_time_oracle<AnalyticOracle>);
 /// Limits of the search.
 struct SearchOptions {
   long max_evaluations = 2000;  ///< oracle calls, the seed included (>= 1)
-  /// Further starting points (valid allocations), evaluated after the seed while the
-  /// budget lasts: the descent starts from the fastest of them and the seed.
+  /// Further starting points (valid allocations), evaluated after the seed on at most
+  /// half the budget: the descent starts from the fastest of them and the seed.
   std::vector<Allocation> starts;
 };
 

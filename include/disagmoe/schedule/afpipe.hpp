@@ -155,8 +155,8 @@ struct AFPipe {
           arrived = comm(OpKind::kSend, at(k - 1), at(k), j, l,
                          pb.layers[static_cast<std::size_t>(l)].hidden_bytes, false, {arrived});
         // Posted (Op::posted): each shard's logits and input gradient run as soon as their
-        // input is there,
-        // beside the worker's layers, in order among themselves (a stream of their own).
+        // input is there, beside the worker's layers, in order among themselves (a stream
+        // of their own).
         // At a fixed point of a stream they would wait for that stream's earlier work: in
         // the forward stream for the next group's forward, in the backward stream for the
         // previous group's whole backward.
@@ -268,7 +268,7 @@ struct AFPipe {
               if (!last && A(l + 1) != A(l)) at_al = comm(OpKind::kSend, A(l + 1), A(l), j, l, c.hidden_bytes, true, {src});
               head_done.push_back(at_al);
               to_f = comm(OpKind::kDispatch, A(l), F(l), j, l,
-                          c.combine_bytes / imb * gpus(F(l)) / gpus(A(l)), true, std::move(head_done), imb);
+                          c.combine_bytes / imb * gpus(F(l)) / gpus(A(l)), true, std::exchange(head_done, {}), imb);
             }
             const int eb = s.add(compute(OpKind::kExpertBackwardInput, F(l), Stream::kBackward, j, l, c.expert_bwd,
                                          {to_f, exp_f[idx(j, l)]}));
