@@ -267,8 +267,9 @@ struct AFPipe {
               int at_al = src;
               if (!last && A(l + 1) != A(l)) at_al = comm(OpKind::kSend, A(l + 1), A(l), j, l, c.hidden_bytes, true, {src});
               head_done.push_back(at_al);
-              to_f = comm(OpKind::kDispatch, A(l), F(l), j, l,
-                          c.combine_bytes / imb * gpus(F(l)) / gpus(A(l)), true, std::exchange(head_done, {}), imb);
+              to_f =
+                  comm(OpKind::kDispatch, A(l), F(l), j, l, c.combine_bytes / imb * gpus(F(l)) / gpus(A(l)),
+                       true, std::exchange(head_done, {}), imb);
             }
             const int eb = s.add(compute(OpKind::kExpertBackwardInput, F(l), Stream::kBackward, j, l, c.expert_bwd,
                                          {to_f, exp_f[idx(j, l)]}));
