@@ -39,9 +39,8 @@ const std::vector<Case>& grid() {
 }
 
 // The regime where many waves circulate (W ≥ 128 per A worker, ≥ 4 ping-pong groups of
-// 2p): the planner's closed-network model holds there. With fewer waves (p ≤ 4 at 8K–32K
-// on 16 nodes) AF-Pipe's group-by-group ring leaves gaps the model does not see and the
-// planner is 10–40% optimistic (bench/RESULTS.md, "Planner vs simulator").
+// 2p). With fewer waves and many layers per pair (p ≤ 4 at 8K–32K on 16 nodes) the
+// planner is further off (the test of many layers per pair below).
 const std::vector<Case>& many_waves() {
   static const std::vector<Case> g = {
       {"deepseek-moe-16b", 4096, "h800x128"},  {"olmoe-1b-7b", 4096, "h800x128:4"},
@@ -186,14 +185,14 @@ TEST_CASE("one memory model: every worker's state is the planner's, its peak wit
   }
 }
 
-TEST_CASE("planner within 5% of the simulator on its own allocation (kernel and RDMA M2N, many waves)") {
-  // Within 5% on most of the grid and within 11% everywhere: with recomputation chosen
-  // per side, OLMoE-1B-7B 16K on 4 nodes plans only the F side recomputing, where A
-  // compute, F compute and both sides' links are all within 16% of each other, and the
-  // analytic max() misses the queueing between four nearly saturated resources (forward
-  // and backward ops of different lengths interleave on each): 7.8% optimistic with
-  // kernel M2N, 10.1% with RDMA (bench/RESULTS.md). disagmoe-plan's refinement prices
-  // such plans by simulation.
+TEST_CASE("planner within 11% of the simulator on its own allocation (kernel and RDMA M2N, many waves)") {
+  // Within 11% everywhere and within 5% on 4 of these 10: the search picks the
+  // allocations where its model errs most optimistically, e.g. OLMoE-1B-7B 16K at p = 4
+  // with one NIC per node on the F side, unfused (10.9% optimistic: the comm kernels'
+  // SMs over transfers stretched by sharing). This grid is where the model before the
+  // round trip's contention term was tuned (8 of 10 within 5%); over 3144 fixed
+  // allocations (bench_plan_model) and the bench grid's plans the present one is closer
+  // (bench/RESULTS.md, session 25). disagmoe-plan's refinement prices plans by simulation.
   int within_5 = 0, cases = 0;
   for (bool kernels : {true, false}) {
     for (const Case& k : many_waves()) {
@@ -216,7 +215,84 @@ TEST_CASE("planner within 5% of the simulator on its own allocation (kernel and 
       ++cases;
     }
   }
-  CHECK(within_5 >= cases - 2);
+  CHECK(within_5 >= cases * 4 / 10);
+}
+
+TEST_CASE("the analytic model against the simulator on every allocation of a grid, not only the planner's") {
+  // The planner's choice is where its model errs most optimistically (the search finds
+  // the errors), so the model itself is measured on fixed allocations: DeepSeek-MoE-16B
+  // 4K on 16 nodes and OLMoE-1B-7B 4K on 4, every power-of-two pair count, 2-4 A GPUs
+  // per node, fusion on and off, ping-pong groups of p and 2p waves, kernel M2N
+  // (bench_plan_model --quick runs the same and more). Measured: mean |error| 0.078,
+  // 40 of 100 within 5%; the model before the round trip's contention term and its smooth
+  // maximum, 0.150 and 22, and 45% and 65% off on two of them.
+  double sum = 0;
+  int cases = 0, within_5 = 0;
+  for (const Case& k :
+       {Case{"deepseek-moe-16b", 4096, "h800x128"}, Case{"olmoe-1b-7b", 4096, "h800x128:4"}}) {
+    for (int factor : {1, 2}) {
+      dp::PlanOptions o;
+      o.context_parallel = 1;
+      o.group_factor = factor;
+      const dp::AnalyticModel model = model_of(k, o);
+      const double batch_tokens = double(dp::global_batch_of(o, model.model())) * k.seq;
+      for (int p = 1; p <= model.model().layers; p *= 2) {
+        for (int a : {2, 3, 4}) {
+          for (bool fuse : {true, false}) {
+            dp::Allocation x{p, a, 8 - a, 4, 4, {}, fuse, 1, factor};
+            if (!model.valid(x) || !model.estimate(x).fits()) continue;
+            const double simulated = ds::batch_seconds(ds::simulate_plan(model, x), batch_tokens);
+            const double error = std::abs(model.estimate(x).step_seconds / simulated - 1);
+            INFO(k.model << " " << model.describe_allocation(x) << ": error " << error);
+            CHECK(error < 0.45);
+            sum += error;
+            within_5 += error <= 0.05;
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(cases << " allocations: mean |error| " << sum / cases << ", " << within_5 << " within 5%");
+  CHECK(cases >= 60);
+  CHECK(sum / cases < 0.10);
+  CHECK(within_5 >= cases / 3);
+}
+
+TEST_CASE("planner near the simulator where a pair holds many layers (the waves' contention in the ring)") {
+  // DeepSeek-MoE-16B 16K on 16 nodes with 2 or 4 pairs (7 to 14 layers each): A compute,
+  // F compute and both sides' links are close, and the ping-pong groups' forward and
+  // backward ops share every resource, so each wave's round trip stretches. The
+  // asymptotic bound alone was 14-39% optimistic on these allocations (mean 28%); with
+  // each round trip stretched by the other waves met on the way, mean 18%.
+  auto m = disagmoe::model_preset("deepseek-moe-16b");
+  m.seq_len = 16384;
+  const auto c = disagmoe::cluster_preset("h800x128");
+  double sum = 0;
+  int cases = 0;
+  for (bool kernels : {true, false}) {
+    dp::PlanOptions o;
+    o.m2n_uses_sms = kernels;
+    o.context_parallel = 1;
+    const dp::AnalyticModel model(m, c, o);
+    for (int p : {2, 4}) {
+      for (int a : {3, 4}) {
+        dp::Allocation x{p, a, 8 - a, 4, 4, dp::Recompute{false, true}};
+        REQUIRE(model.valid(x));
+        REQUIRE(model.estimate(x).fits());
+        const ds::Simulated sim = ds::simulate_plan(model, x);
+        const double simulated = double(dp::global_batch_of(o, m)) * m.seq_len / sim.result.tokens_per_second;
+        const double error = model.estimate(x).step_seconds / simulated - 1;
+        INFO(model.describe_allocation(x)
+             << (kernels ? " kernels" : " rdma") << ": planner " << model.estimate(x).step_seconds
+             << " s, simulator " << simulated << " s");
+        CHECK(std::abs(error) < 0.27);
+        sum += std::abs(error);
+        ++cases;
+      }
+    }
+  }
+  CHECK(sum / cases < 0.21);
 }
 
 TEST_CASE("the planner's F links carry the busiest F GPU's rows, as the simulator's do") {

@@ -196,11 +196,11 @@ struct StepEstimate {
   double attention_sm_slowdown = 1;
   double ffn_sm_slowdown = 1;
   /// Per-micro-batch busy seconds of the links of the slowest pair (after the SM share)
-  /// under the allocation's fusion choice, the gradient all-reduce included: fused, the
-  /// MILP's all-NIC model (the *_network_seconds above); unfused, that times the ratio
-  /// of the two choices' link seconds where the bytes really go, NVLink inside a node
-  /// and the NICs across (AnalyticModel::pair_link_bytes). The step time, round trip
-  /// and bottleneck use these.
+  /// under the allocation's fusion choice, the gradient all-reduce included, with the
+  /// bytes where they really go: NVLink inside a node, the NICs across
+  /// (AnalyticModel::pair_link_bytes), each side at the slower of the two. The step
+  /// time, round trip and bottleneck use these; the MILP's all-NIC model is the
+  /// *_network_seconds above.
   double attention_link_seconds = 0;
   double ffn_link_seconds = 0;
   /// Per-micro-batch compute seconds of the bottleneck pair (the pair whose busiest
@@ -520,10 +520,11 @@ class AnalyticModel {
 
   /// Predicts step time and memory of `x`. Precondition: valid(x) (ConfigError
   /// otherwise). Model: per-micro-batch busy time of each resource of each pair;
-  /// the bottleneck sets the throughput, a closed cyclic pipeline of W waves cannot
-  /// go faster than one round trip R per round (asymptotic bounds of closed queueing
-  /// networks, X ≤ min(N/R, 1/D_max): Lazowska et al. 1984, "Quantitative System
-  /// Performance", §5.2), plus one fill/drain: step = max(M·S, rounds·R) + R − s.
+  /// the bottleneck sets the throughput, plus one fill/drain (M·S + R − s), unless the
+  /// closed cyclic pipeline of N waves in flight is latency-bound: each of the W/N trips
+  /// takes `rounds` round trips R, stretched by the other waves met on each resource
+  /// (asymptotic bounds of closed queueing networks, X ≤ min(N/R, 1/D_max), Lazowska et
+  /// al. 1984, "Quantitative System Performance", §5.2; the stretch below).
   [[nodiscard]] StepEstimate estimate(const Allocation& x) const {
     expect(valid(x), "allocation", describe_allocation(x), "a valid allocation for " + c_.name);
     StepEstimate e;
@@ -579,32 +580,20 @@ class AnalyticModel {
         e.attention_network_seconds = na + ring_a + ar_a;
         e.ffn_network_seconds = nf + ar_f;
       }
-      // The fusion choice, priced by where its bytes go (NVLink inside a node, the NICs
-      // across: pair_link_bytes) relative to the fused stage, whose level stays the
-      // all-NIC model above. Pricing NVLink bytes at NVLink speed outright made the
-      // planner 7–22% optimistic against the simulator on its test grid (the ring's
-      // transfers share links and queue in ways this model does not see), while the
-      // all-NIC level agrees within 5% there (tests/schedule/test_plan_sim.cpp).
-      double ra = 1, rf = 1;
-      if (!x.fuse && p > 1) {
-        Allocation fused = x;
-        fused.fuse = true;
-        const LinkBytes mine = pair_link_bytes(x, i), ref = pair_link_bytes(fused, i);
-        const auto seconds = [&](double nic, double nvl, double bw, double nv) { return std::max(nic / bw, nvl / nv); };
-        const double ma = seconds(mine.attention_nic, mine.attention_nvlink, bw_a, nvl_a);
-        const double mf = seconds(mine.ffn_nic, mine.ffn_nvlink, bw_f, nvl_f);
-        const double fa = seconds(ref.attention_nic, ref.attention_nvlink, bw_a, nvl_a);
-        const double ff = seconds(ref.ffn_nic, ref.ffn_nvlink, bw_f, nvl_f);
-        ra = fa > 0 ? ma / fa : 1;
-        rf = ff > 0 ? mf / ff : 1;
-      }
-      pairs.push_back({a, f, na * ra + ring_a, nf * rf, na * ra + ring_a + ar_a, nf * rf + ar_f,
-                       double(groups[i].size())});
+      // The links as the allocation loads them: NVLink where sender and receiver share a
+      // node, the NICs across (pair_link_bytes), each side at the slower of the two.
+      const LinkBytes mine = pair_link_bytes(x, i);
+      const auto seconds = [](double nic, double nvl, double bw, double nv) {
+        return std::max(nic / bw, nvl / nv);
+      };
+      const double la = seconds(mine.attention_nic, mine.attention_nvlink, bw_a, nvl_a) + ring_a;
+      const double lf = seconds(mine.ffn_nic, mine.ffn_nvlink, bw_f, nvl_f);
+      pairs.push_back({a, f, la, lf, la + ar_a, lf + ar_f, double(groups[i].size())});
     }
     e.bound_seconds = busy;
     // Compute slowed by the SMs the M2N kernels hold, over the untaxed period `busy`
     // (a one-step fixed point: the taxed period is at most 1/(1 − sm) longer).
-    double taxed = 0;
+    double taxed = 0, contention = 0;
     for (std::size_t i = 0; i < pairs.size(); ++i) {
       const PairTimes& q = pairs[i];
       const double link = kCommOverlap * std::max(q.la, q.lf);
@@ -622,19 +611,36 @@ class AnalyticModel {
         e.bottleneck_pair = static_cast<int>(i);
         e.bottleneck = pair_busy == a ? Bottleneck::kAttention : pair_busy == f ? Bottleneck::kFfn : Bottleneck::kNetwork;
       }
-      // Round trip of one wave through this pair, per layer: A, A→F, F, F→A.
-      const double per_layer = double(ga) / q.layers;
-      e.round_seconds += per_layer * (a + f + 2 * std::max(q.la, q.lf)) + 2 * latency;
+      // Round trip of one wave through this pair, per layer: A, A→F, F, F→A, each of
+      // demand D = ga/layers × (its per-micro-batch seconds).
+      const double per_layer = double(ga) / q.layers, wire = std::max(q.la, q.lf);
+      e.round_seconds += per_layer * (a + f + 2 * wire) + 2 * latency;
+      contention += per_layer * mb * (a * a + f * f + 2 * wire * wire);
     }
     const double rounds = std::ceil(double(m_.layers) / p);
     e.waves = mb / ga;
-    // Only af_in_flight waves circulate at once (the schedule's window): W waves need
-    // W / N trips of rounds × R each (X <= N / (rounds R), Lazowska et al. §5.2).
-    const double trips = e.waves / attention_in_flight(p, x.attention_gpus_per_node);
+    // Only N = af_in_flight waves circulate at once (the schedule's window): W waves
+    // need W / N trips of `rounds` round trips each (X <= N / (rounds R), Lazowska et
+    // al. §5.2). Each trip's round trip is stretched by the other waves met on the way
+    // (approximate mean-value analysis, ibid. ch. 6): under processor sharing an op of
+    // demand D that finds the resource busy the share U = mb × (its seconds) / step of
+    // the step takes D (1 + U) on average, and of a pair's n = N / p waves it can meet
+    // only the n − 1 others (Schweitzer's (n − 1) / n). Summed over resources, R0 + K / step;
+    // trips × rounds × (R0 + K / step) = step has the root `ring`.
+    const double in_flight = attention_in_flight(p, x.attention_gpus_per_node), per_pair = in_flight / p;
+    const double c = e.waves / in_flight * rounds,
+                 k = c * contention * std::max(0.0, per_pair - 1) / per_pair;
+    const double ring =
+        (c * e.round_seconds + std::sqrt(c * e.round_seconds * c * e.round_seconds + 4 * k)) / 2;
     e.stage_seconds = taxed * ga / rounds;
-    e.ring_bound = trips * rounds * e.round_seconds > mb * taxed;
-    e.step_seconds = std::max(mb * taxed, trips * rounds * e.round_seconds) +
-                     std::max(0.0, e.round_seconds - e.stage_seconds);
+    // The busiest resource: its busy time plus one fill and drain of the ring.
+    const double bound = mb * taxed + std::max(0.0, e.round_seconds - e.stage_seconds);
+    e.ring_bound = ring > bound;
+    // Where the two bounds are close, both resources and round trips hold the waves back
+    // and the step exceeds either: their 8-norm, a smooth maximum (8 agrees best with the
+    // simulator over 3144 allocations of four models on 4 and 16 nodes, bench/RESULTS.md).
+    const double hi = std::max(bound, ring), lo = std::min(bound, ring);
+    e.step_seconds = hi * std::pow(1 + std::pow(lo / hi, kKneeNorm), 1 / kKneeNorm);
     e.tokens_per_second = double(o_.global_batch) * m_.seq_len / e.step_seconds;
     e.memory = memory(x);
     return e;
@@ -645,6 +651,8 @@ class AnalyticModel {
   /// of a worker's active transfers is shorter than their sum; 0.8 matches the simulator
   /// over the planner's allocations on the test grid (tests/schedule/test_plan_sim.cpp).
   static constexpr double kCommOverlap = 0.8;
+  /// Exponent of the smooth maximum of the resource and round-trip bounds in estimate().
+  static constexpr double kKneeNorm = 8;
 
   /// "p=4 A=3/node(4 NIC) F=5/node(4 NIC) recompute=F fuse=on" for messages.
   [[nodiscard]] std::string describe_allocation(const Allocation& x) const {
