@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,7 +76,19 @@ inline std::pair<FitReport, double> closest_fit(const AnalyticModel& model) {
 /// O(#allocations · layers).
 inline std::vector<Allocation> fastest_per_pair_count(const AnalyticModel& model) {
   std::map<int, std::pair<double, Allocation>> best;
+  // Memory depends on neither the NICs nor fusion, which for_each_allocation varies
+  // innermost: one check per split and recomputation.
+  std::optional<Allocation> checked;
+  bool checked_fits = false;
   for_each_allocation(model, [&](const Allocation& x) {
+    Allocation key = x;
+    key.attention_nics_per_node = key.ffn_nics_per_node = 0;
+    key.fuse = true;
+    if (key != checked) {
+      checked = key;
+      checked_fits = model.memory(x).fits();
+    }
+    if (!checked_fits) return;
     const StepEstimate e = model.estimate(x);
     if (!e.fits()) return;
     const auto [it, fresh] = best.try_emplace(x.groups, e.step_seconds, x);
