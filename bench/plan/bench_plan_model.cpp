@@ -37,6 +37,10 @@ struct Tally {
     abs_error += std::abs(e);
   }
   void print(const std::string& what) const {
+    if (rows == 0) {
+      std::printf("# %-12s no allocation fits\n", what.c_str());
+      return;
+    }
     std::printf(
         "# %-12s %5d allocations: within 5%% %5d (%.1f%%), within 10%% %5d (%.1f%%), mean |error| %.3f\n",
         what.c_str(), rows, within_5, 100.0 * within_5 / rows, within_10, 100.0 * within_10 / rows,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The planner against the simulator on the planner's own allocations: one conversion
 // (plan_oracle.hpp) that keeps every field, one memory model, one SM rule, and step
-// times within 5% over a grid of models, sequence lengths and clusters.
+// times against the simulator's over grids of models, sequence lengths and clusters.
 #include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/schedule/plan_oracle.hpp>
 #include <disagmoe/spec/presets.hpp>

@@ -106,19 +106,27 @@ inline std::vector<Allocation> fastest_per_pair_count(const AnalyticModel& model
 /// (Qwen3-235B 4K with a ping-pong group of p waves: 22.9 s at p = 16 from the seed,
 /// 20.5 s at p = 32). O(#allocations · layers).
 inline SearchOptions with_pair_count_starts(const AnalyticModel& model, SearchOptions search) {
-  for (const Allocation& x : fastest_per_pair_count(model)) search.starts.push_back(x);
+  std::vector<std::pair<double, Allocation>> starts;
+  for (const Allocation& x : fastest_per_pair_count(model))
+    starts.emplace_back(model.estimate(x).step_seconds, x);
+  // The fastest first: the starts get at most half of a small budget.
+  std::stable_sort(starts.begin(), starts.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [step, x] : starts) search.starts.push_back(x);
   return search;
 }
 
 /// `o` with its automatic choices resolved: PlanOptions::context_parallel (0: each of
 /// context_parallel_degrees) and PlanOptions::group_factor (0: 2, then 1), each as given
-/// when set. Of the combinations, the one whose plan (MILP seed + analytic local search)
+/// when set. Of the combinations, the one whose plan (MILP seed + analytic local search, also from
+/// every pair count's analytic best: with_pair_count_starts)
 /// predicts the shortest step among those that fit memory, the earlier on ties (smaller
 /// degree, factor 2 first); when none fits, the combination whose closest allocation
 /// overflows least (closest_fit: planning then reports what does not fit even there). Splitting sequences
 /// multiplies the micro-batches, so where few long sequences make a step (the pipeline cannot fill) it can
 /// shorten the step several times over; a factor of 1 halves the activations in flight where memory binds.
-/// Validates the inputs (ConfigError). One MILP solve and local search per combination.
+/// Validates the inputs (ConfigError). One MILP solve, one enumeration (the starts) and one
+/// local search per combination.
 inline PlanOptions resolve_automatic(const ModelSpec& m, const ClusterSpec& c, PlanOptions o,
                                      const milp::Options& options = {}) {
   validate(m);

@@ -185,7 +185,7 @@ struct StepEstimate {
   /// the slowest pair, so bound_seconds = max of them). Seconds per micro-batch.
   double bound_seconds = 0;
   double stage_seconds = 0;     ///< one layer of one wave (g_a micro-batches) on the bottleneck resource
-  double round_seconds = 0;     ///< one wave through every pair once (R), incl. message latencies
+  double round_seconds = 0;  ///< one wave through every pair once (R, uncontended), incl. message latencies
   double step_seconds = 0;      ///< predicted optimizer step
   double tokens_per_second = 0; ///< global_batch × seq_len / step_seconds
   double waves = 0;             ///< W = micro-batches per step / A group size
@@ -211,7 +211,9 @@ struct StepEstimate {
   double attention_compute_seconds = 0;
   double ffn_compute_seconds = 0;
   int bottleneck_pair = 0;
-  bool ring_bound = false;      ///< too few waves to fill the ring: rounds × R > busy time
+  /// The ring's trips (W/N × rounds × R, stretched by the waves sharing each resource)
+  /// outlast the busiest resource's time plus one fill and drain.
+  bool ring_bound = false;
   Bottleneck bottleneck = Bottleneck::kAttention;
   FitReport memory;             ///< largest A and F worker
   [[nodiscard]] bool fits() const { return memory.fits(); }
@@ -520,11 +522,12 @@ class AnalyticModel {
 
   /// Predicts step time and memory of `x`. Precondition: valid(x) (ConfigError
   /// otherwise). Model: per-micro-batch busy time of each resource of each pair;
-  /// the bottleneck sets the throughput, plus one fill/drain (M·S + R − s), unless the
-  /// closed cyclic pipeline of N waves in flight is latency-bound: each of the W/N trips
-  /// takes `rounds` round trips R, stretched by the other waves met on each resource
+  /// the bottleneck's busy time plus one fill/drain (M·S + R − s) bounds the step, and so
+  /// do the W/N trips of the N waves in flight through the closed cyclic pipeline, each
+  /// `rounds` round trips R stretched by the other waves met on each resource
   /// (asymptotic bounds of closed queueing networks, X ≤ min(N/R, 1/D_max), Lazowska et
-  /// al. 1984, "Quantitative System Performance", §5.2; the stretch below).
+  /// al. 1984, "Quantitative System Performance", §5.2; the stretch below). The step is
+  /// a smooth maximum of the two, up to 2^(1/8) times the larger where they are equal.
   [[nodiscard]] StepEstimate estimate(const Allocation& x) const {
     if (!valid(x))  // the message only when it is needed: estimate runs per candidate of the searches
       expect(false, "allocation", describe_allocation(x), "a valid allocation for " + c_.name);
@@ -626,7 +629,8 @@ class AnalyticModel {
     // (approximate mean-value analysis, ibid. ch. 6): under processor sharing an op of
     // demand D that finds the resource busy the share U = mb × (its seconds) / step of
     // the step takes D (1 + U) on average, and of a pair's n = N / p waves it can meet
-    // only the n − 1 others (Schweitzer's (n − 1) / n). Summed over resources, R0 + K / step;
+    // only the n − 1 others (Schweitzer's (n − 1) / n taken per pair: over the whole ring's
+    // N it agrees less with the simulator, bench/RESULTS.md). Summed over resources, R0 + K / step;
     // trips × rounds × (R0 + K / step) = step has the root `ring`.
     const double in_flight = attention_in_flight(p, x.attention_gpus_per_node), per_pair = in_flight / p;
     const double c = e.waves / in_flight * rounds,
@@ -638,10 +642,10 @@ class AnalyticModel {
     const double bound = mb * taxed + std::max(0.0, e.round_seconds - e.stage_seconds);
     e.ring_bound = ring > bound;
     // Where the two bounds are close, both resources and round trips hold the waves back
-    // and the step exceeds either: their 8-norm, a smooth maximum (of the norms 3-12, 8
-    // agrees best with the simulator over 3144 allocations of eight models and clusters,
-    // bench_plan_model; bench/RESULTS.md, session 25).
-    const double hi = std::max(bound, ring), r2 = (std::min(bound, ring) / hi) * (std::min(bound, ring) / hi);
+    // and the step exceeds either: their 8-norm, a smooth maximum (a fitted exponent: of
+    // the norms 3-12, 6 and 8 agree best with the simulator over 3144 allocations of
+    // eight models and clusters, bench_plan_model; bench/RESULTS.md, session 25).
+    const double hi = std::max(bound, ring), r = hi > 0 ? std::min(bound, ring) / hi : 0, r2 = r * r;
     e.step_seconds = hi * std::sqrt(std::sqrt(std::sqrt(1 + r2 * r2 * r2 * r2)));  // hi (1 + r^8)^(1/8)
     e.tokens_per_second = double(o_.global_batch) * m_.seq_len / e.step_seconds;
     e.memory = memory(x);

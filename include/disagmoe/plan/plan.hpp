@@ -118,7 +118,8 @@ struct Plan {
       s << "; only " << in_flight;
       if (in_flight < e.waves) s << " of the step's " << e.waves;
       s << " waves of micro-batches circulate at once through the " << layer_groups.size()
-        << "-pair ring, too few to hide its round trip, so the step is latency-bound";
+        << "-pair ring, too few to hide its round trip (stretched by the waves sharing each resource), "
+           "so the step is latency-bound";
     }
     s << ".";
     return s.str();
