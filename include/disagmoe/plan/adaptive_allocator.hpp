@@ -90,7 +90,6 @@ inline std::vector<Allocation> fastest_per_pair_count(const AnalyticModel& model
     }
     if (!checked_fits) return;
     const StepEstimate e = model.estimate(x);
-    if (!e.fits()) return;
     const auto [it, fresh] = best.try_emplace(x.groups, e.step_seconds, x);
     if (!fresh && e.step_seconds < it->second.first) it->second = {e.step_seconds, x};
   });
@@ -100,16 +99,17 @@ inline std::vector<Allocation> fastest_per_pair_count(const AnalyticModel& model
 }
 
 /// `search` with the analytic model's fastest allocation at every pair count
-/// (fastest_per_pair_count) added to its starts, for a local search with the analytic
-/// model: moves of one pair count at a time rarely cross from the MILP's seed, whose
+/// (fastest_per_pair_count) but `except_groups` added to its starts, the analytically
+/// fastest first (the starts get at most half of a small budget). For a local search with
+/// the analytic model: moves of one pair count at a time rarely cross from the MILP's seed, whose
 /// separable objective has no round trip, to a pair count the full model ranks faster
 /// (Qwen3-235B 4K with a ping-pong group of p waves: 22.9 s at p = 16 from the seed,
 /// 20.5 s at p = 32). O(#allocations · layers).
-inline SearchOptions with_pair_count_starts(const AnalyticModel& model, SearchOptions search) {
+inline SearchOptions with_pair_count_starts(const AnalyticModel& model, SearchOptions search,
+                                            int except_groups = 0) {
   std::vector<std::pair<double, Allocation>> starts;
   for (const Allocation& x : fastest_per_pair_count(model))
-    starts.emplace_back(model.estimate(x).step_seconds, x);
-  // The fastest first: the starts get at most half of a small budget.
+    if (x.groups != except_groups) starts.emplace_back(model.estimate(x).step_seconds, x);
   std::stable_sort(starts.begin(), starts.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [step, x] : starts) search.starts.push_back(x);
@@ -222,14 +222,8 @@ class AdaptiveAllocator {
   /// everywhere it looked keeps its allocation, with the +inf recorded.
   template <step_time_oracle O>
   [[nodiscard]] Plan refine(const Plan& p, const O& oracle, SearchOptions search) const {
-    for (const Allocation& x : fastest_per_pair_count(model_))
-      if (x.groups != p.allocation.groups) search.starts.push_back(x);
-    // The analytically fastest first: a small budget tries the likeliest ones.
-    std::stable_sort(search.starts.begin(), search.starts.end(),
-                     [&](const Allocation& a, const Allocation& b) {
-                       return model_.estimate(a).step_seconds < model_.estimate(b).step_seconds;
-                     });
-    const SearchResult r = local_search(model_, oracle, p.allocation, search);
+    const SearchResult r = local_search(
+        model_, oracle, p.allocation, with_pair_count_starts(model_, std::move(search), p.allocation.groups));
     const SearchResult first{p.seed, p.seed_step_seconds, p.allocation, p.step_seconds, p.evaluations,
                              p.budget_exhausted};
     Plan q = make_plan(model_, r.best, first, p.seed_bound_seconds, p.milp_nodes);
