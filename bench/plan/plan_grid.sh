@@ -35,6 +35,7 @@ sides = 'A+F' if rc['attention'] and rc['ffn'] else 'A' if rc['attention'] else 
 lay = "p=%d %d/%d nic %d/%d rc=%s%s" % (a['groups'], a['attention_gpus_per_node'], a['ffn_gpus_per_node'],
                                        a['attention_nics_per_node'], a['ffn_nics_per_node'], sides,
                                        '' if a.get('fuse', True) else ' unfused')
+if a.get('mixed_nodes', 0): lay += " mixed=%d" % a['mixed_nodes']
 batch = p['global_batch'] * p['seq_len']
 at_rate = batch / q['tokens_per_second']
 predicted = p['predicted']['step_seconds']

@@ -34,6 +34,10 @@ void print_table(const plan::AdaptiveAllocator& allocator, const plan::Plan& p) 
       p.model.c_str(), p.cluster.c_str(), p.seq_len, p.micro_batch, p.global_batch,
       plan::to_string(p.allocation.recompute).c_str(), p.allocation.fuse ? "on" : "off",
       p.allocation.context_parallel, p.allocation.group_factor);
+  if (const plan::Allocation& x = p.allocation; x.mixed_nodes > 0)
+    std::printf("GPUs per node: %d attention + %d FFN, on %d mixed nodes %d + %d\n",
+                x.attention_gpus_per_node, x.ffn_gpus_per_node, x.mixed_nodes, x.attention_gpus_per_node + 1,
+                x.ffn_gpus_per_node - 1);
   const int used = p.attention_gpus + p.ffn_gpus;
   std::printf("%-10s %6s %7s %6s %12s %10s %14s %16s %12s\n", "side", "GPUs", "share", "NICs", "NIC GB/s/GPU",
               "group", "busy ms/mb", "memory GB/GPU", "intensity");
@@ -120,7 +124,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Plan DisagMoE's attention/FFN split of GPUs and NICs for a model on a cluster.", "disagmoe-plan"};
   std::string model_arg, cluster_arg, svg_path;
   int seq_len = 0, micro_batch = 0, global_batch = 0, context_parallel = 0, group_factor = 0;
-  bool json = false, rdma_m2n = false, no_recommend = false, embedding_head = false;
+  bool json = false, rdma_m2n = false, no_recommend = false, embedding_head = false, uniform_splits = false;
   long refine_evaluations = 0;
   double sm_fraction = 0, optimizer_bytes = plan::kDefaultMemory.optimizer_bytes;
   app.add_option("--model", model_arg, "a model preset name or a JSON file")->required();
@@ -136,6 +140,10 @@ int main(int argc, char** argv) {
   app.add_flag("--embedding-head", embedding_head,
                "price the embedding (on the first pair) and the output head, vocabulary-parallel over the A "
                "groups, as scheduled ops, and schedule them in every simulation (AF-Pipe and the baselines)");
+  app.add_flag(
+      "--uniform-splits", uniform_splits,
+      "split every node's GPUs alike (default: some nodes may give attention one GPU more, so that the "
+      "attention/FFN ratio can sit between two splits per node)");
   app.add_option(
          "--context-parallel", context_parallel,
          "GPUs of one node that split each sequence of the attention groups, passing keys and values in a "
@@ -184,6 +192,7 @@ int main(int argc, char** argv) {
     o.group_factor = group_factor;
     o.m2n_uses_sms = !rdma_m2n;
     o.embedding_head = embedding_head;
+    o.mixed_splits = !uniform_splits;
     const plan::AdaptiveAllocator allocator(m, c, o);
     std::optional<long> refine;
     if (app.count("--refine-evaluations")) {

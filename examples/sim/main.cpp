@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Simulate one training step of AF-Pipe or a baseline schedule in virtual time", "disagmoe-sim"};
   std::string model = "deepseek-moe-16b", cluster = "h800x128", schedule = "afpipe", plan_file, trace, svg;
   int seq_len = 0, micro_batches = 0, global_batch = 0, micro_batch = 0, stages = 0, context_parallel = 0;
-  int groups = 0, attention_gpus = 0, ffn_gpus = 0, attention_nics = -1, ffn_nics = -1;
+  int groups = 0, attention_gpus = 0, ffn_gpus = 0, attention_nics = -1, ffn_nics = -1, mixed_nodes = 0;
   bool as_json = false, compare = false, no_dedup = false, search_layout = false, rdma_m2n = false;
   double sm_fraction = -1, optimizer_bytes = disagmoe::plan::kDefaultMemory.optimizer_bytes;
   ds::PolicyKnobs knobs;
@@ -164,6 +164,10 @@ int main(int argc, char** argv) {
   app.add_option("--ffn-gpus", ffn_gpus, "AF-Pipe FFN GPUs per node");
   app.add_option("--attention-nics", attention_nics, "AF-Pipe attention NICs per node (default: proportional)");
   app.add_option("--ffn-nics", ffn_nics, "AF-Pipe FFN NICs per node (default: the rest)");
+  app.add_option(
+      "--mixed-nodes", mixed_nodes,
+      "AF-Pipe nodes that move one GPU from FFN to attention (a multiple of --groups, which must divide "
+      "the nodes; default 0: every node alike)");
   app.add_option("--sm-fraction", sm_fraction,
                  "share of SMs comm kernels (NCCL, DeepEP-like) hold on both ends of a transfer (default: the "
                  "cluster's kernel_comm_sm_fraction)");
@@ -198,7 +202,7 @@ int main(int argc, char** argv) {
     // Options that shape one schedule only are errors for the others.
     using dz::cli::expect_applies;
     for (const char* o : {"--plan", "--search-layout", "--af-group-size", "--groups", "--attention-gpus",
-                          "--ffn-gpus", "--attention-nics", "--ffn-nics", "--rdma-m2n"})
+                          "--ffn-gpus", "--attention-nics", "--ffn-nics", "--mixed-nodes", "--rdma-m2n"})
       expect_applies(app, o, af_mode, "to be given only with --schedule afpipe or --compare");
     expect_applies(app, "--virtual-stages", virtual_mode,
                    "to be given only with --schedule interleaved, a2a-overlap, chunked, comet or --compare");
@@ -284,7 +288,7 @@ int main(int argc, char** argv) {
     };
     if (plan_json)  // a plan is only valid for the model, cluster and sequence length it was made for
       af = adopt(dz::plan::allocation_from_json(*plan_json, m, c, plan_file + ":$"));
-    for (const char* o : {"--attention-nics", "--ffn-nics"})
+    for (const char* o : {"--attention-nics", "--ffn-nics", "--mixed-nodes"})
       expect_applies(app, o, app.count("--groups") > 0, "to be given only with --groups");
     if (app.count("--groups") || app.count("--attention-gpus") || app.count("--ffn-gpus")) {
       dz::expect(groups >= 1 && attention_gpus >= 1 && ffn_gpus >= 1, "--groups", groups,
@@ -295,10 +299,12 @@ int main(int argc, char** argv) {
       dz::expect_in("--ffn-gpus", ffn_gpus, 1, c.gpus_per_node);
       if (app.count("--attention-nics")) dz::expect_in("--attention-nics", attention_nics, 0, c.nics_per_node);
       if (app.count("--ffn-nics")) dz::expect_in("--ffn-nics", ffn_nics, 0, c.nics_per_node);
+      dz::expect_in("--mixed-nodes", mixed_nodes, 0, c.nodes - 1);
       const int na = attention_nics >= 0 ? attention_nics
                                          : std::max(1, c.nics_per_node * attention_gpus / c.gpus_per_node);
       const int nf = ffn_nics >= 0 ? ffn_nics : c.nics_per_node - na;
       af = ds::AfLayout{groups, attention_gpus, ffn_gpus, c.nodes > 1 ? na : 0, c.nodes > 1 ? nf : 0};
+      af->mixed_nodes = mixed_nodes;
     }
     // Notes on fallbacks, printed once a step was simulated: an error stays one line.
     std::vector<std::string> notes;

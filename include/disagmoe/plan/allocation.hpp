@@ -3,10 +3,11 @@
 /// An allocation of a cluster to DisagMoE's attention (A) and FFN (F) groups, and the
 /// analytic model that predicts its step time and memory.
 ///
-/// Layout (homogeneous per node): every node gives `attention_gpus_per_node` GPUs and
+/// Layout: every node gives `attention_gpus_per_node` GPUs and
 /// `attention_nics_per_node` NICs to A workers and `ffn_gpus_per_node` GPUs and
-/// `ffn_nics_per_node` NICs to F workers; the A GPUs of the cluster form `groups` (p)
-/// equal A groups and the F GPUs p equal F groups; pair i holds layers i, i+p, …
+/// `ffn_nics_per_node` NICs to F workers, except that under a mixed split
+/// (Allocation::mixed_nodes) some nodes move one GPU from F to A; the A GPUs of the
+/// cluster form `groups` (p) equal A groups and the F GPUs p equal F groups; pair i holds layers i, i+p, …
 /// (layer_assignment.hpp). A groups are data parallel (each A GPU runs whole
 /// micro-batches); F groups are expert parallel over the experts of their layers.
 /// On a single node A↔F traffic runs over the intra-node links; across nodes it runs
@@ -83,6 +84,9 @@ struct PlanOptions {
   /// output and the head's input gradient passed around the ring of A groups: one row
   /// per token in and out per direction). false: their FLOPs are not scheduled.
   bool embedding_head = false;
+  /// Let nodes split unlike each other (Allocation::mixed_nodes), so that the A:F ratio
+  /// can sit between two integer splits per node. false: every node splits alike.
+  bool mixed_splits = true;
 };
 
 /// Tokens per step when PlanOptions::global_batch is 0: 4 Mi, the batch of GPT-3's
@@ -160,13 +164,25 @@ struct Allocation {
   int context_parallel = 1;
   /// AF-Pipe's ping-pong group in waves per pair (PlanOptions::group_factor, resolved).
   int group_factor = 2;
+  /// A mixed per-node split: this many nodes give one GPU more to A and one fewer to F
+  /// than attention_gpus_per_node and ffn_gpus_per_node say, with the same NICs, so the
+  /// A GPUs per node average a + k / nodes, between two integer splits. Each pair takes
+  /// nodes / p whole nodes, k / p of them mixed (mixed_group_nodes), so p divides the
+  /// nodes and k; 0 <= k < nodes, ffn_gpus_per_node >= 2, no context parallelism (its
+  /// rings need the same A GPUs on every node). A mixed node's A GPUs share its A NICs
+  /// one GPU more ways, so they set their group's per-GPU NIC rate. 0: every node alike.
+  int mixed_nodes = 0;
   friend bool operator==(const Allocation&, const Allocation&) = default;
 };
 
 /// A GPUs in the cluster.
-constexpr int attention_gpus(const Allocation& a, const ClusterSpec& c) { return c.nodes * a.attention_gpus_per_node; }
+constexpr int attention_gpus(const Allocation& a, const ClusterSpec& c) {
+  return c.nodes * a.attention_gpus_per_node + a.mixed_nodes;
+}
 /// F GPUs in the cluster.
-constexpr int ffn_gpus(const Allocation& a, const ClusterSpec& c) { return c.nodes * a.ffn_gpus_per_node; }
+constexpr int ffn_gpus(const Allocation& a, const ClusterSpec& c) {
+  return c.nodes * a.ffn_gpus_per_node - a.mixed_nodes;
+}
 /// A NICs in the cluster.
 constexpr int attention_nics(const Allocation& a, const ClusterSpec& c) { return c.nodes * a.attention_nics_per_node; }
 /// F NICs in the cluster.
@@ -303,6 +319,28 @@ class AnalyticModel {
     const int total = c_.nodes * per_node;
     return (p >= 1 && per_node >= 1 && total % p == 0) ? total / p : 0;
   }
+  /// GPUs per A group of `x` (mixed nodes included); 0 when they do not split evenly.
+  [[nodiscard]] int attention_group_size(const Allocation& x) const {
+    return x.mixed_nodes == 0 ? group_size(x.groups, x.attention_gpus_per_node)
+                              : mixed_group_size(x, attention_gpus(x, c_));
+  }
+  /// GPUs per F group of `x` (mixed nodes included); 0 when they do not split evenly.
+  [[nodiscard]] int ffn_group_size(const Allocation& x) const {
+    return x.mixed_nodes == 0 ? group_size(x.groups, x.ffn_gpus_per_node)
+                              : mixed_group_size(x, ffn_gpus(x, c_));
+  }
+  /// Where A group i of `x` sits (group_nodes, or mixed_group_nodes under a mixed split).
+  [[nodiscard]] GroupNodes attention_nodes(const Allocation& x, int i) const {
+    return x.mixed_nodes == 0 ? group_nodes(i, attention_group_size(x), x.attention_gpus_per_node)
+                              : mixed_group_nodes(i, x.groups, c_.nodes, x.attention_gpus_per_node,
+                                                  x.mixed_nodes, x.attention_gpus_per_node + 1);
+  }
+  /// Where F group i of `x` sits.
+  [[nodiscard]] GroupNodes ffn_nodes(const Allocation& x, int i) const {
+    return x.mixed_nodes == 0 ? group_nodes(i, ffn_group_size(x), x.ffn_gpus_per_node)
+                              : mixed_group_nodes(i, x.groups, c_.nodes, x.ffn_gpus_per_node, x.mixed_nodes,
+                                                  x.ffn_gpus_per_node - 1);
+  }
   /// True when (p, a) is a usable A side: even split, no A GPU without a micro-batch,
   /// and context-parallel rings that fit inside the group and a node (cp divides both).
   [[nodiscard]] bool valid_attention(int p, int a) const {
@@ -327,6 +365,14 @@ class AnalyticModel {
     if (c_.nodes == 1) return na == 0 && nf == 0;
     return na >= 1 && nf >= 1 && na + nf <= c_.nics_per_node;
   }
+  /// True when `k` mixed nodes are usable with p pairs, a A and f F GPUs per node
+  /// (Allocation::mixed_nodes): 0, or allowed (PlanOptions::mixed_splits), 0 < k < nodes,
+  /// p dividing the nodes and k, f >= 2 and no context parallelism.
+  [[nodiscard]] bool valid_mixed(int p, int f, int k) const {
+    if (k == 0) return true;
+    return o_.mixed_splits && k > 0 && k < c_.nodes && p >= 1 && c_.nodes % p == 0 && k % p == 0 && f >= 2 &&
+           o_.context_parallel == 1;
+  }
   /// Structural validity of `x` (counts, divisibility, recompute policy on each side).
   [[nodiscard]] bool valid(const Allocation& x) const {
     const auto allowed = [&](bool rc) {
@@ -334,8 +380,15 @@ class AnalyticModel {
     };
     if (!allowed(x.recompute.attention) || !allowed(x.recompute.ffn)) return false;
     if (x.context_parallel != o_.context_parallel || x.group_factor != o_.group_factor) return false;
-    return x.attention_gpus_per_node + x.ffn_gpus_per_node <= c_.gpus_per_node && valid_attention(x.groups, x.attention_gpus_per_node) &&
-           valid_ffn(x.groups, x.ffn_gpus_per_node) && valid_nics(x.attention_nics_per_node, x.ffn_nics_per_node);
+    if (x.attention_gpus_per_node < 1 || x.ffn_gpus_per_node < 1 ||
+        x.attention_gpus_per_node + x.ffn_gpus_per_node > c_.gpus_per_node ||
+        !valid_nics(x.attention_nics_per_node, x.ffn_nics_per_node))
+      return false;
+    if (x.mixed_nodes == 0)
+      return valid_attention(x.groups, x.attention_gpus_per_node) && valid_ffn(x.groups, x.ffn_gpus_per_node);
+    if (!valid_mixed(x.groups, x.ffn_gpus_per_node, x.mixed_nodes) || x.groups > max_groups()) return false;
+    const int ga = attention_group_size(x), gf = ffn_group_size(x);
+    return ga >= 1 && ga <= micro_batches_ && gf >= 1 && gf <= m_.experts;
   }
 
   /// Max over pairs of Σ A seconds (one micro-batch, one GPU) of the pair's layers.
@@ -365,6 +418,23 @@ class AnalyticModel {
     if (c_.nodes == 1) return double(gpus_per_node) / p * c_.intra_node_bandwidth * o_.efficiency.network;
     return double(c_.nodes) * nics_per_node / p * c_.nic_bandwidth * o_.efficiency.network;
   }
+  /// side_bandwidth of one A group of `x`. Under a mixed split its GPUs send equal bytes
+  /// and those on mixed nodes share the node's A NICs a + 1 ways: the group moves its
+  /// bytes at ga × that per-GPU rate.
+  [[nodiscard]] double attention_bandwidth(const Allocation& x) const {
+    const double b = side_bandwidth(x.groups, x.attention_gpus_per_node, x.attention_nics_per_node);
+    if (x.mixed_nodes == 0) return b;
+    const int a = x.attention_gpus_per_node;
+    return b * (a + double(x.mixed_nodes) / c_.nodes) / (a + 1);
+  }
+  /// side_bandwidth of one F group of `x`: under a mixed split its mixed nodes' GPUs
+  /// share the F NICs f − 1 ways, the others f ways (the slower: the group's rate).
+  [[nodiscard]] double ffn_bandwidth(const Allocation& x) const {
+    const double b = side_bandwidth(x.groups, x.ffn_gpus_per_node, x.ffn_nics_per_node);
+    if (x.mixed_nodes == 0) return b;
+    const int f = x.ffn_gpus_per_node;
+    return b * (f - double(x.mixed_nodes) / c_.nodes) / f;
+  }
 
   /// Bytes per direction that one micro-batch of pair i's layers puts on each side's
   /// NICs and NVLink under allocation `x` (groups placed by group_nodes, bytes split by
@@ -380,9 +450,8 @@ class AnalyticModel {
     double attention_nic = 0, attention_nvlink = 0, ffn_nic = 0, ffn_nvlink = 0;
   };
   [[nodiscard]] LinkBytes pair_link_bytes(const Allocation& x, int i) const {
-    const int p = x.groups, ga = group_size(p, x.attention_gpus_per_node), gf = group_size(p, x.ffn_gpus_per_node);
-    const GroupNodes a = group_nodes(i, ga, x.attention_gpus_per_node), f = group_nodes(i, gf, x.ffn_gpus_per_node);
-    const GroupNodes next = group_nodes((i + 1) % p, ga, x.attention_gpus_per_node);
+    const int p = x.groups, gf = ffn_group_size(x);
+    const GroupNodes a = attention_nodes(x, i), f = ffn_nodes(x, i), next = attention_nodes(x, (i + 1) % p);
     const double own = same_node_share(a, f), fused = same_node_share(next, f), hand = same_node_share(a, next);
     const double rows = moe_rows(gf), imb = ffn_link_imbalance(gf), t = tokens_;
     LinkBytes b;
@@ -410,7 +479,11 @@ class AnalyticModel {
   /// window of the AF-Pipe schedule the plan is simulated with (two ping-pong groups of
   /// kp), so a plan that fits here fits in the simulator.
   [[nodiscard]] double attention_in_flight(int p, int a) const {
-    return af_in_flight(p, double(micro_batches_) / group_size(p, a), o_.group_factor);
+    return in_flight_of_groups(p, group_size(p, a));
+  }
+  /// attention_in_flight of allocation `x` (mixed nodes included).
+  [[nodiscard]] double attention_in_flight(const Allocation& x) const {
+    return in_flight_of_groups(x.groups, attention_group_size(x));
   }
   /// Micro-batches in flight through a pair: A group size × attention_in_flight =
   /// min(micro-batches, 2k · nodes · a) — it depends on a only (W ≥ 1 for a valid a).
@@ -492,9 +565,8 @@ class AnalyticModel {
   /// (the same model as `estimate`, summed pair-first; equal up to rounding).
   /// Precondition: valid(x) (unchecked: this is the MILP builder's inner loop).
   [[nodiscard]] double bound_seconds(const Allocation& x, const std::vector<PairSums>& sums) const {
-    const int p = x.groups, ga = group_size(p, x.attention_gpus_per_node), gf = group_size(p, x.ffn_gpus_per_node);
-    const double bw_a = side_bandwidth(p, x.attention_gpus_per_node, x.attention_nics_per_node);
-    const double bw_f = side_bandwidth(p, x.ffn_gpus_per_node, x.ffn_nics_per_node);
+    const int ga = attention_group_size(x), gf = ffn_group_size(x);
+    const double bw_a = attention_bandwidth(x), bw_f = ffn_bandwidth(x);
     const double rows = moe_rows(gf), t = tokens_, mb = micro_batches_;
     const double share = double((m_.experts + gf - 1) / gf) / m_.experts, gb = grad_bytes();
     const double ea = all_reduce_edges(ga) / bw_a / mb, ef = all_reduce_edges(gf) / bw_f / mb;
@@ -513,11 +585,12 @@ class AnalyticModel {
 
   /// Memory of the largest A and F worker of `x` (in flight as attention_in_flight).
   [[nodiscard]] FitReport memory(const Allocation& x) const {
-    const int p = x.groups, ga = group_size(p, x.attention_gpus_per_node), gf = group_size(p, x.ffn_gpus_per_node);
+    const int ga = attention_group_size(x), gf = ffn_group_size(x);
     // Activations scale with the T / cp tokens of a micro-batch: cp of them in flight
     // weigh as one of seq_len × micro_batch tokens (the unit of the memory model).
-    const double in_flight = attention_in_flight(p, x.attention_gpus_per_node) / o_.context_parallel;
-    return check_fit(m_, loads(p, ga, gf, in_flight, in_flight * ga), capacity_, memory_options(x.recompute));
+    const double in_flight = attention_in_flight(x) / o_.context_parallel;
+    return check_fit(m_, loads(x.groups, ga, gf, in_flight, in_flight * ga), capacity_,
+                     memory_options(x.recompute));
   }
 
   /// Predicts step time and memory of `x`. Precondition: valid(x) (ConfigError
@@ -532,10 +605,9 @@ class AnalyticModel {
     if (!valid(x))  // the message only when it is needed: estimate runs per candidate of the searches
       expect(false, "allocation", describe_allocation(x), "a valid allocation for " + c_.name);
     StepEstimate e;
-    const int p = x.groups, ga = group_size(p, x.attention_gpus_per_node), gf = group_size(p, x.ffn_gpus_per_node);
+    const int p = x.groups, ga = attention_group_size(x), gf = ffn_group_size(x);
     const auto groups = interleaved_groups(m_.layers, p);
-    const double bw_a = side_bandwidth(p, x.attention_gpus_per_node, x.attention_nics_per_node);
-    const double bw_f = side_bandwidth(p, x.ffn_gpus_per_node, x.ffn_nics_per_node);
+    const double bw_a = attention_bandwidth(x), bw_f = ffn_bandwidth(x);
     const double latency = c_.nodes == 1 ? c_.intra_node_latency : c_.nic_latency;
     const double grad_bytes = this->grad_bytes();
     const double mb = micro_batches_, rows = moe_rows(gf), t = tokens_;
@@ -632,7 +704,7 @@ class AnalyticModel {
     // only the n − 1 others (Schweitzer's (n − 1) / n taken per pair: over the whole ring's
     // N it agrees less with the simulator, bench/RESULTS.md). Summed over resources, R0 + K / step;
     // trips × rounds × (R0 + K / step) = step has the root `ring`.
-    const double in_flight = attention_in_flight(p, x.attention_gpus_per_node), per_pair = in_flight / p;
+    const double in_flight = attention_in_flight(x), per_pair = in_flight / p;
     const double c = e.waves / in_flight * rounds,
                  k = c * contention * std::max(0.0, per_pair - 1) / per_pair;
     const double ring =
@@ -664,6 +736,7 @@ class AnalyticModel {
            std::to_string(x.attention_nics_per_node) + " NIC) F=" + std::to_string(x.ffn_gpus_per_node) +
            "/node(" + std::to_string(x.ffn_nics_per_node) + " NIC) recompute=" + to_string(x.recompute) +
            " fuse=" + (x.fuse ? "on" : "off") +
+           (x.mixed_nodes > 0 ? " mixed=" + std::to_string(x.mixed_nodes) : std::string()) +
            (x.context_parallel > 1 ? " cp=" + std::to_string(x.context_parallel) : std::string()) +
            (x.group_factor != 2 ? " group=" + std::to_string(x.group_factor) + "p" : std::string());
   }
@@ -678,6 +751,13 @@ class AnalyticModel {
   }
 
  private:
+  // Group size of `total` GPUs over x.groups under a mixed split: 0 unless it divides.
+  [[nodiscard]] static int mixed_group_size(const Allocation& x, int total) {
+    return (x.groups >= 1 && total >= 1 && total % x.groups == 0) ? total / x.groups : 0;
+  }
+  [[nodiscard]] double in_flight_of_groups(int p, int ga) const {
+    return af_in_flight(p, double(micro_batches_) / ga, o_.group_factor);
+  }
   [[nodiscard]] double grad_bytes() const { return o_.memory.grad_bytes > 0 ? o_.memory.grad_bytes : bytes_of(m_.dtype); }
   // A-side parameters of pair i beyond its layers: the input embedding on pair 0, the
   // final norm on the last layer's pair and the pair's vocabulary shard of the output
@@ -745,8 +825,9 @@ class AnalyticModel {
   double capacity_ = 0;
 };
 
-/// Calls `f(x)` for every valid allocation of `model` (p, GPUs and NICs per node,
-/// recompute on each side, fusion: on first). O(p_max · gpn² · nics² · 8) calls.
+/// Calls `f(x)` for every valid allocation of `model` (p, GPUs per node, mixed nodes,
+/// NICs per node, recompute on each side, fusion: on first; the NICs and fusion vary
+/// innermost). O(p_max · gpn² · (1 + nodes / p) · nics² · 8) calls.
 template <class F>
 void for_each_allocation(const AnalyticModel& model, F&& f) {
   const ClusterSpec& c = model.cluster();
@@ -757,14 +838,18 @@ void for_each_allocation(const AnalyticModel& model, F&& f) {
         for (int a = 1; a < c.gpus_per_node; ++a) {
           if (!model.valid_attention(p, a)) continue;
           for (int fg = 1; a + fg <= c.gpus_per_node; ++fg) {
-            if (!model.valid_ffn(p, fg)) continue;
-            for (int na = 0; na <= nic_max; ++na)
-              for (int nf = 0; na + nf <= nic_max; ++nf) {
-                if (!model.valid_nics(na, nf)) continue;
-                for (bool fuse : {true, false})
+            for (int k = 0; k < c.nodes; k += p) {
+              if (!model.valid_mixed(p, fg, k)) continue;
+              for (int na = 0; na <= nic_max; ++na)
+                for (int nf = 0; na + nf <= nic_max; ++nf) {
+                  const Allocation x{
+                      p, a, fg, na, nf, {ra, rf}, true, model.context_parallel(), model.group_factor(), k};
+                  if (!model.valid(x)) continue;
+                  f(x);
                   f(Allocation{
-                      p, a, fg, na, nf, {ra, rf}, fuse, model.context_parallel(), model.group_factor()});
-              }
+                      x.groups, a, fg, na, nf, {ra, rf}, false, x.context_parallel, x.group_factor, k});
+                }
+            }
           }
         }
 }
@@ -778,10 +863,12 @@ struct EnumerationResult {
 };
 
 /// Exhaustive oracle for the MILP: the allocation that fits memory with the smallest
-/// bound_seconds (the MILP objective). O(#allocations · layers).
+/// bound_seconds (the MILP objective), over the splits the MILP spans: every node alike
+/// (mixed splits are the local search's). O(#allocations · layers).
 inline EnumerationResult enumerate_best_bound(const AnalyticModel& model) {
   EnumerationResult r;
   for_each_allocation(model, [&](const Allocation& x) {
+    if (x.mixed_nodes != 0) return;
     ++r.evaluations;
     const StepEstimate e = model.estimate(x);
     if (e.fits() && e.bound_seconds < r.bound_seconds) {

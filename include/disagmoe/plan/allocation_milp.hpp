@@ -45,11 +45,11 @@
 /// checked per (p, a, ra): a size that does not fit has no binary.
 ///
 /// The optimum is the smallest StepEstimate::bound_seconds over all valid allocations
-/// that fit (tests check it against the exhaustive oracle enumerate_best_bound, which
-/// prices every allocation with AnalyticModel::estimate). With `prune`, the builder
-/// first takes the best compatible pair of the groups with the NICs split evenly as a
-/// cutoff (a primal heuristic over 1/(K−1) of the shared choices), bounds S by it and
-/// leaves out the binaries whose own term exceeds it: fewer binaries, same optimum.
+/// that split every node alike and fit (tests check it against the exhaustive oracle enumerate_best_bound,
+/// which prices every allocation with AnalyticModel::estimate). With `prune`, the builder first takes the
+/// best compatible pair of the groups with the NICs split evenly as a cutoff (a primal heuristic over 1/(K−1)
+/// of the shared choices), bounds S by it and leaves out the binaries whose own term exceeds it: fewer
+/// binaries, same optimum.
 #pragma once
 
 #include <disagmoe/milp/problem.hpp>
@@ -129,11 +129,13 @@ struct AllocationMilp {
     return a;
   }
 
-  /// True when allocation `a` has both binaries: valid, its A worker fits, some A size
-  /// fits with its F worker, and (across nodes) it uses every NIC. Whether this `a`
-  /// fits is then up to the memory row.
+  /// True when allocation `a` has both binaries: valid, every node split alike (mixed
+  /// splits are the local search's), its A worker fits, some A size fits with its F
+  /// worker, and (across nodes) it uses every NIC. Whether this `a` fits is then up to
+  /// the memory row.
   [[nodiscard]] bool represents(const Allocation& a) const {
-    if (a.context_parallel != context_parallel || a.group_factor != group_factor) return false;
+    if (a.context_parallel != context_parallel || a.group_factor != group_factor || a.mixed_nodes != 0)
+      return false;
     if (multi_node && a.attention_nics_per_node + a.ffn_nics_per_node != nics_per_node) return false;
     const int k = shared_index(a);
     return attention_var.count({a.groups, a.attention_gpus_per_node, k, a.recompute.attention}) &&

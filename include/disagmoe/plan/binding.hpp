@@ -46,7 +46,7 @@ inline Binding binding_constraint(const AnalyticModel& model, const Allocation& 
   const char* side = a_side ? "A" : "F";
   const char* other = a_side ? "F" : "A";
   const int mine = a_side ? x.attention_gpus_per_node : x.ffn_gpus_per_node;
-  const int others = (a_side ? x.ffn_gpus_per_node : x.attention_gpus_per_node) * c.nodes;
+  const int others = a_side ? ffn_gpus(x, c) : attention_gpus(x, c);
   int valid = 0, fit = 0, other_short = 0;
   double best = std::numeric_limits<double>::infinity();
   Allocation best_y;
@@ -57,6 +57,7 @@ inline Binding binding_constraint(const AnalyticModel& model, const Allocation& 
           Allocation y = x;
           y.groups = p;
           y.recompute = {ra, rf};
+          y.mixed_nodes = 0;  // whole GPUs per node more for this side
           (a_side ? y.attention_gpus_per_node : y.ffn_gpus_per_node) = k;
           (a_side ? y.ffn_gpus_per_node : y.attention_gpus_per_node) = c.gpus_per_node - k;
           if (!model.valid(y)) continue;

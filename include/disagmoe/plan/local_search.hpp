@@ -50,8 +50,9 @@ struct SearchResult {
 };
 
 /// Valid neighbours of `x`: move one GPU per node between A and F or into/out of
-/// the idle pool, move one NIC per node likewise, change p to the nearest valid
-/// value up or down (keeping GPUs per node, else re-fitting them), toggle
+/// the idle pool, move one GPU from F to A (or back) on one more (fewer) node per pair
+/// (Allocation::mixed_nodes), move one NIC per node likewise, change p to the nearest valid
+/// value up or down (keeping GPUs per node and mixed nodes, else re-fitting them), toggle
 /// one side's recomputation, toggle AF-Pipe's stage-aligned fusion (so that at a local optimum
 /// the fusion choice is the faster of the two for its layout). O(gpn + p_max)
 /// validity checks.
@@ -68,6 +69,11 @@ inline std::vector<Allocation> neighbours(const AnalyticModel& model, const Allo
       y.ffn_gpus_per_node += df;
       add(y);
     }
+  for (int dk : {-1, 1}) {
+    Allocation y = x;
+    y.mixed_nodes += dk * x.groups;
+    add(y);
+  }
   for (int da : {-1, 0, 1})
     for (int df : {-1, 0, 1}) {
       if (da == 0 && df == 0) continue;
@@ -80,6 +86,7 @@ inline std::vector<Allocation> neighbours(const AnalyticModel& model, const Allo
     for (int p = x.groups + dir; p >= 1 && p <= model.max_groups(); p += dir) {
       Allocation y = x;
       y.groups = p;
+      if (!model.valid_mixed(p, y.ffn_gpus_per_node, y.mixed_nodes)) y.mixed_nodes = 0;
       if (model.valid(y)) {
         out.push_back(y);
         break;
@@ -125,7 +132,7 @@ SearchResult local_search(const AnalyticModel& model, const O& oracle, const All
   expect(model.valid(seed), "seed", model.describe_allocation(seed), "a valid allocation");
   for (const Allocation& x : opt.starts)
     expect(model.valid(x), "start", model.describe_allocation(x), "a valid allocation");
-  std::map<std::tuple<int, int, int, int, int, bool, bool, bool>, double> cache;
+  std::map<std::tuple<int, int, int, int, int, bool, bool, bool, int>, double> cache;
   SearchResult r;
   auto eval = [&](const Allocation& a) -> double {
     const auto key = std::tuple{a.groups,
@@ -135,7 +142,8 @@ SearchResult local_search(const AnalyticModel& model, const O& oracle, const All
                                 a.ffn_nics_per_node,
                                 a.recompute.attention,
                                 a.recompute.ffn,
-                                a.fuse};
+                                a.fuse,
+                                a.mixed_nodes};
     if (auto it = cache.find(key); it != cache.end()) return it->second;
     ++r.evaluations;
     const double t = static_cast<double>(oracle.step_seconds(a));

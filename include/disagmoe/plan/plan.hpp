@@ -108,10 +108,14 @@ struct Plan {
     s << "; each FFN GPU has " << ffn_bandwidth_per_gpu / 1e9 << " GB/s of network bandwidth against "
       << attention_bandwidth_per_gpu / 1e9 << " GB/s per attention GPU (" << ffn_bandwidth_per_gpu / attention_bandwidth_per_gpu
       << "x";
-    if (allocation.attention_nics_per_node + allocation.ffn_nics_per_node > 0)
+    if (allocation.attention_nics_per_node + allocation.ffn_nics_per_node > 0) {
       s << ": a node's NICs split " << allocation.attention_nics_per_node << " + " << allocation.ffn_nics_per_node
         << " between " << allocation.attention_gpus_per_node << " attention and " << allocation.ffn_gpus_per_node
         << " FFN GPUs";
+      if (allocation.mixed_nodes > 0)
+        s << ", or " << allocation.attention_gpus_per_node + 1 << " and " << allocation.ffn_gpus_per_node - 1
+          << " on " << allocation.mixed_nodes << " mixed nodes";
+    }
     s << ")";
     if (e.ring_bound) {  // the ping-pong window bounds the waves in flight, whatever the step's count
       const double in_flight = af_in_flight(allocation.groups, e.waves, allocation.group_factor);
@@ -147,13 +151,15 @@ inline Plan make_plan(const AnalyticModel& model, const Allocation& x, const Sea
   p.ffn_nics = ffn_nics(x, c);
   p.idle_gpus = c.gpus() - p.attention_gpus - p.ffn_gpus;
   p.binding = binding_constraint(model, x);
-  const auto per_gpu = [&](int nics, int gpus) {
-    return c.nodes == 1 ? c.intra_node_bandwidth : double(nics) * c.nic_bandwidth / gpus;
+  p.attention_group_size = model.attention_group_size(x);
+  p.ffn_group_size = model.ffn_group_size(x);
+  // Per GPU at the group's rate (on mixed nodes a side's NICs are shared differently).
+  const auto per_gpu = [&](double group_bandwidth, int group) {
+    return c.nodes == 1 ? c.intra_node_bandwidth
+                        : group_bandwidth / model.options().efficiency.network / group;
   };
-  p.attention_bandwidth_per_gpu = per_gpu(x.attention_nics_per_node, x.attention_gpus_per_node);
-  p.ffn_bandwidth_per_gpu = per_gpu(x.ffn_nics_per_node, x.ffn_gpus_per_node);
-  p.attention_group_size = model.group_size(x.groups, x.attention_gpus_per_node);
-  p.ffn_group_size = model.group_size(x.groups, x.ffn_gpus_per_node);
+  p.attention_bandwidth_per_gpu = per_gpu(model.attention_bandwidth(x), p.attention_group_size);
+  p.ffn_bandwidth_per_gpu = per_gpu(model.ffn_bandwidth(x), p.ffn_group_size);
   p.layer_groups = interleaved_groups(m.layers, x.groups);
   p.predicted = model.estimate(x);
   const RooflineModel roof(model, x);

@@ -6,8 +6,8 @@
 /// step_seconds, tokens_per_second, bottleneck, bound_seconds, round_seconds, ...},
 /// fuse (AF-Pipe's stage-aligned combine + dispatch, chosen per allocation),
 /// recompute.{attention, ffn} (which sides recompute their activations),
-/// allocation.{groups, …, fuse, context_parallel, group_factor} (what disagmoe-sim --plan reads),
-/// memory_bytes.{attention_worker, ffn_worker, capacity}, roofline.{turning_point,
+/// allocation.{groups, …, fuse, context_parallel, group_factor, mixed_nodes} (what disagmoe-sim --plan
+/// reads), memory_bytes.{attention_worker, ffn_worker, capacity}, roofline.{turning_point,
 /// attention.{intensity, turning_point, ceiling, bandwidth, achieved}, ffn.{…}},
 /// search.{seed_step_seconds, evaluations, gain, seed, milp_nodes, budget_exhausted},
 /// refinement.{from, from_step_seconds, step_seconds, evaluations, gain, budget_exhausted}
@@ -47,7 +47,8 @@ inline io::Json to_json(const Allocation& a) {
           {"recompute", to_json(a.recompute)},
           {"fuse", a.fuse},
           {"context_parallel", a.context_parallel},
-          {"group_factor", a.group_factor}};
+          {"group_factor", a.group_factor},
+          {"mixed_nodes", a.mixed_nodes}};
 }
 }  // namespace detail
 
@@ -180,20 +181,21 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   const io::Json& a = full ? j.at("allocation") : j;
   const std::string base = full ? path + ".allocation" : path;
   expect<IoError>(a.is_object(), base, brief(a), "a JSON object of plan::Allocation fields");
-  static constexpr std::array<std::string_view, 9> kFields = {"groups",
-                                                              "attention_gpus_per_node",
-                                                              "ffn_gpus_per_node",
-                                                              "attention_nics_per_node",
-                                                              "ffn_nics_per_node",
-                                                              "recompute",
-                                                              "fuse",
-                                                              "context_parallel",
-                                                              "group_factor"};
+  static constexpr std::array<std::string_view, 10> kFields = {"groups",
+                                                               "attention_gpus_per_node",
+                                                               "ffn_gpus_per_node",
+                                                               "attention_nics_per_node",
+                                                               "ffn_nics_per_node",
+                                                               "recompute",
+                                                               "fuse",
+                                                               "context_parallel",
+                                                               "group_factor",
+                                                               "mixed_nodes"};
   for (const auto& [key, value] : a.items())
     expect<IoError>(known(kFields, key), base + "." + key, "(unknown key)",
                     "a plan::Allocation field (groups, attention_gpus_per_node, ffn_gpus_per_node, "
                     "attention_nics_per_node, ffn_nics_per_node, recompute, fuse, context_parallel, "
-                    "group_factor)");
+                    "group_factor, mixed_nodes)");
   auto count = [&](const char* name, int lo, int hi) {
     const std::string at = base + "." + name;
     expect<IoError>(a.contains(name), at, "(missing)", "an integer (plan::Allocation field)");
@@ -215,6 +217,8 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   // Plans written before context parallelism have none.
   if (a.contains("context_parallel")) r.context_parallel = count("context_parallel", 1, c.gpus_per_node);
   if (a.contains("group_factor")) r.group_factor = count("group_factor", 1, 2);  // else the default, 2
+  if (a.contains("mixed_nodes"))
+    r.mixed_nodes = count("mixed_nodes", 0, c.nodes - 1);  // else every node alike
   return r;
 }
 

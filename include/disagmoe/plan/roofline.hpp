@@ -69,16 +69,14 @@ class RooflineModel {
     const ModelSpec& m = model.model();
     const ClusterSpec& c = model.cluster();
     const Efficiency& e = model.options().efficiency;
-    const int p = x.groups, ga = model.group_size(p, x.attention_gpus_per_node),
-              gf = model.group_size(p, x.ffn_gpus_per_node);
+    const int ga = model.attention_group_size(x), gf = model.ffn_group_size(x);
     const DispatchOptions d{gf, model.options().dedup, 0};
     peak_ = c.gpu.peak_flops(m.dtype);
     gpu_bandwidth_ = c.nodes == 1 ? c.intra_node_bandwidth
                                   : double(c.nics_per_node) * c.nic_bandwidth / c.gpus_per_node;
     attention_ = {"attention", attention_intensity(m, d), peak_ * e.attention,
-                  model.side_bandwidth(p, x.attention_gpus_per_node, x.attention_nics_per_node) / ga};
-    ffn_ = {"ffn", ffn_intensity(m, d), peak_ * e.ffn,
-            model.side_bandwidth(p, x.ffn_gpus_per_node, x.ffn_nics_per_node) / gf};
+                  model.attention_bandwidth(x) / ga};
+    ffn_ = {"ffn", ffn_intensity(m, d), peak_ * e.ffn, model.ffn_bandwidth(x) / gf};
   }
 
   /// The attention component.

@@ -37,8 +37,8 @@ namespace disagmoe::runtime {
   expect(model.valid(x), "allocation", "invalid", "an allocation the analytic model accepts (AnalyticModel::valid)");
   base.schedule = ScheduleKind::kAfPipe;
   base.pairs = x.groups;
-  base.attention_ranks = model.group_size(x.groups, x.attention_gpus_per_node);
-  base.ffn_ranks = model.group_size(x.groups, x.ffn_gpus_per_node);
+  base.attention_ranks = model.attention_group_size(x);
+  base.ffn_ranks = model.ffn_group_size(x);
   base.expert_rank.clear();  // contiguous: a placement (and replicas) for other F-ranks would not apply
   base.expert_replicas.clear();
   return base;

@@ -48,12 +48,16 @@ inline CommUses comm_uses(const Schedule& s, const Op& op) {
   if (op.worker == op.peer && op.kind == OpKind::kAllToAll && a.a2a_nic_share >= 0) {
     nic = op.bytes * a.a2a_nic_share;
     nvl = op.bytes * a.a2a_nvlink_share;
+  } else if (op.worker == op.peer && a.mixed_nodes > 0) {
+    const plan::OwnGroupShares own = plan::own_group_shares(a.placement());
+    nic = op.bytes * own.nic;
+    nvl = op.bytes * own.nvlink;
   } else if (op.worker == op.peer) {
     // Uniform destinations over the group: own GPU stays, same-node peers use NVLink.
     nic = op.bytes * (a.gpus - a.gpus_per_node()) / a.gpus;
     nvl = op.bytes * (a.gpus_per_node() - 1) / a.gpus;
   } else {
-    nvl = op.bytes * plan::same_node_share({a.first_node, a.nodes, a.gpus}, {b.first_node, b.nodes, b.gpus});
+    nvl = op.bytes * plan::same_node_share(a.placement(), b.placement());
     nic = op.bytes - nvl;
   }
   // Receiver GPUs get the sender's bytes spread out (times the op's imbalance factor).

@@ -125,25 +125,30 @@ inline AllToAllRows all_to_all_rows(const ModelSpec& m, int ep, int per_node, bo
 
 /// Disaggregated layout (plan::Allocation's fields): every node gives
 /// `attention_gpus_per_node` GPUs and `attention_nics_per_node` NICs to A workers and
-/// the `ffn_*` counts to F workers; the A GPUs form `groups` equal groups, as do the F GPUs.
+/// the `ffn_*` counts to F workers, but `mixed_nodes` of them move one GPU from F to A
+/// (plan::Allocation::mixed_nodes); the A GPUs form `groups` equal groups, as do the F GPUs.
 struct AfLayout {
   int groups = 1;
   int attention_gpus_per_node = 4;
   int ffn_gpus_per_node = 4;
   int attention_nics_per_node = 4;
   int ffn_nics_per_node = 4;
+  int mixed_nodes = 0;
 };
 
 namespace detail {
 
-// Group i of `size` GPUs when every node gives `per_node` GPUs to this role, placed as
-// the planner places it (plan::group_nodes).
-inline Worker place_group(const ClusterSpec& c, int i, int size, int per_node, int nics_per_node, double eff) {
+// A group placed at `at` (plan::group_nodes, as the planner places it), its role holding
+// `per_node` GPUs and `nics_per_node` NICs of each of its nodes (the most GPUs of its
+// nodes under a mixed split: those GPUs share the NICs most ways and set the rate).
+inline Worker place_group(const ClusterSpec& c, const plan::GroupNodes& at, int per_node, int nics_per_node,
+                          double eff) {
   Worker w;
-  const plan::GroupNodes at = plan::group_nodes(i, size, per_node);
-  w.gpus = size;
+  w.gpus = at.gpus;
   w.nodes = at.nodes;
   w.first_node = at.first_node;
+  w.mixed_nodes = at.mixed;
+  w.mixed_gpus = at.mixed_gpus;
   const double nic_total = double(nics_per_node) * c.nic_bandwidth * eff;
   w.nic_bandwidth = per_node > 0 ? nic_total / per_node : 0;
   w.nvlink_bandwidth = c.intra_node_bandwidth * eff;
@@ -257,8 +262,8 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
   const AllToAllRows rows = all_to_all_rows(m, ep, std::gcd(ep, per_node), o.dedup, lay.node_dedup);
   Problem p;
   for (int s = 0; s < lay.stages; ++s) {
-    Worker w = detail::place_group(c, s, g, per_node, c.nics_per_node * per_node / c.gpus_per_node,
-                                   o.efficiency.network);
+    Worker w = detail::place_group(c, plan::group_nodes(s, g, per_node), per_node,
+                                   c.nics_per_node * per_node / c.gpus_per_node, o.efficiency.network);
     w.first_node = s * g / c.gpus_per_node;
     w.name = "S" + std::to_string(s);
     w.role = Role::kColocated;
@@ -334,13 +339,23 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
   validate(m);
   validate(c);
   plan::validate(o.efficiency);
-  const int a = lay.attention_gpus_per_node, f = lay.ffn_gpus_per_node, pg = lay.groups;
+  const int a = lay.attention_gpus_per_node, f = lay.ffn_gpus_per_node, pg = lay.groups, k = lay.mixed_nodes;
   expect(a >= 1 && f >= 1 && a + f <= c.gpus_per_node, "attention_gpus_per_node", a,
          "a >= 1, f >= 1 and a + f <= gpus_per_node (" + std::to_string(c.gpus_per_node) + ")");
-  expect(pg >= 1 && (c.nodes * a) % pg == 0 && (c.nodes * f) % pg == 0, "groups", pg,
-         "a positive divisor of both A GPUs (" + std::to_string(c.nodes * a) + ") and F GPUs (" +
-             std::to_string(c.nodes * f) + ")");
-  const int ga = c.nodes * a / pg, gf = c.nodes * f / pg, cp = o.context_parallel;
+  const int a_total = c.nodes * a + k, f_total = c.nodes * f - k;
+  if (k != 0) {
+    expect(k > 0 && k < c.nodes && f >= 2, "mixed_nodes", k,
+           "0, or fewer than the nodes (" + std::to_string(c.nodes) + ") with at least 2 F GPUs per node");
+    expect(pg >= 1 && c.nodes % pg == 0 && k % pg == 0, "groups", pg,
+           "a divisor of the nodes (" + std::to_string(c.nodes) + ") and of mixed_nodes (" +
+               std::to_string(k) + "): each pair takes whole nodes, as many of them mixed");
+    expect(o.context_parallel == 1, "context_parallel", o.context_parallel,
+           "1 under a mixed split (the A GPUs per node differ)");
+  }
+  expect(pg >= 1 && a_total % pg == 0 && f_total % pg == 0, "groups", pg,
+         "a positive divisor of both A GPUs (" + std::to_string(a_total) + ") and F GPUs (" +
+             std::to_string(f_total) + ")");
+  const int ga = a_total / pg, gf = f_total / pg, cp = o.context_parallel;
   detail::expect_context_parallel(cp, ga, a, "A group size");
   expect(gf <= m.experts, "ffn_gpus_per_node", f,
          "an F group size (" + std::to_string(gf) + ") of at most experts (" + std::to_string(m.experts) + ")");
@@ -357,13 +372,18 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
   }
   Problem p;
   for (int i = 0; i < pg; ++i) {
-    Worker w = detail::place_group(c, i, ga, a, lay.attention_nics_per_node, o.efficiency.network);
+    const plan::GroupNodes at =
+        k == 0 ? plan::group_nodes(i, ga, a) : plan::mixed_group_nodes(i, pg, c.nodes, a, k, a + 1);
+    Worker w =
+        detail::place_group(c, at, k == 0 ? a : a + 1, lay.attention_nics_per_node, o.efficiency.network);
     w.name = "A" + std::to_string(i);
     w.role = Role::kAttention;
     p.workers.push_back(w);
   }
   for (int i = 0; i < pg; ++i) {
-    Worker w = detail::place_group(c, i, gf, f, lay.ffn_nics_per_node, o.efficiency.network);
+    const plan::GroupNodes at =
+        k == 0 ? plan::group_nodes(i, gf, f) : plan::mixed_group_nodes(i, pg, c.nodes, f, k, f - 1);
+    Worker w = detail::place_group(c, at, f, lay.ffn_nics_per_node, o.efficiency.network);
     w.name = "F" + std::to_string(i);
     w.role = Role::kFfn;
     p.workers.push_back(w);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/plan/group_placement.hpp>
 
 #include <algorithm>
 #include <array>
@@ -107,7 +108,11 @@ struct Worker {
   Role role = Role::kColocated;
   int gpus = 1;                   ///< GPUs in the group (>= 1)
   int first_node = 0;             ///< first node the group occupies
-  int nodes = 1;                  ///< nodes it spans; gpus % nodes == 0
+  int nodes = 1;                  ///< nodes it spans; gpus % nodes == 0 unless mixed
+  /// A mixed split (plan::Allocation::mixed_nodes): the first `mixed_nodes` of its nodes
+  /// hold `mixed_gpus` of its GPUs each, the others an equal share of the rest.
+  int mixed_nodes = 0;
+  int mixed_gpus = 0;
   double nic_bandwidth = 0;       ///< bytes/s per GPU per direction across nodes
   double nvlink_bandwidth = 0;    ///< bytes/s per GPU per direction inside a node
   double peak_flops = 0;          ///< FLOP/s per GPU (for MFU)
@@ -134,8 +139,12 @@ struct Worker {
   double a2a_nic_share = -1;
   double a2a_nvlink_share = -1;
 
-  /// GPUs of this group on each of its nodes.
-  [[nodiscard]] constexpr int gpus_per_node() const { return nodes > 0 ? gpus / nodes : 0; }
+  /// GPUs of this group on each of its nodes (that are not mixed).
+  [[nodiscard]] constexpr int gpus_per_node() const { return placement().gpus_per_node(); }
+  /// Where the group sits, as the planner describes it.
+  [[nodiscard]] constexpr plan::GroupNodes placement() const {
+    return {first_node, nodes, gpus, mixed_nodes, mixed_gpus};
+  }
 };
 
 /// One unit of work on one stream of one worker.
@@ -260,8 +269,14 @@ inline void validate(const Schedule& s, StreamSlots& slots) {
     const auto& k = s.workers[static_cast<std::size_t>(w)];
     auto f = [w](const char* leaf) { return "Schedule.workers[" + std::to_string(w) + "]." + leaf; };
     check(k.gpus >= 1, [&] { return f("gpus"); }, k.gpus, "a positive integer");
-    check(k.nodes >= 1 && k.gpus % k.nodes == 0, [&] { return f("nodes"); }, k.nodes,
-          "a positive divisor of gpus (" + std::to_string(k.gpus) + ")");
+    check(
+        k.nodes < 1 || (k.mixed_nodes >= 0 && k.mixed_nodes < k.nodes && k.mixed_gpus >= (k.mixed_nodes > 0)),
+        [&] { return f("mixed_nodes"); }, k.mixed_nodes, "fewer than nodes, each holding at least one GPU");
+    check(
+        k.nodes >= 1 && (k.gpus - k.mixed_nodes * k.mixed_gpus) % (k.nodes - k.mixed_nodes) == 0 &&
+            k.gpus - k.mixed_nodes * k.mixed_gpus >= k.nodes - k.mixed_nodes,
+        [&] { return f("nodes"); }, k.nodes,
+        "a positive divisor of gpus (" + std::to_string(k.gpus) + "), less the mixed nodes' GPUs");
     check(k.nic_bandwidth >= 0 && k.nvlink_bandwidth >= 0, [&] { return f("nic_bandwidth"); }, k.nic_bandwidth,
           "non-negative bandwidths");
     check(k.a2a_nic_share < 0 || k.a2a_nvlink_share >= 0, [&] { return f("a2a_nvlink_share"); },

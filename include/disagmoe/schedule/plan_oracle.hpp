@@ -28,7 +28,12 @@ namespace disagmoe::schedule {
 /// `context_parallel`, which are costs, and `fuse`, which is a knob of the policy:
 /// planned_simulation carries all three).
 inline AfLayout af_layout(const plan::Allocation& a) {
-  return {a.groups, a.attention_gpus_per_node, a.ffn_gpus_per_node, a.attention_nics_per_node, a.ffn_nics_per_node};
+  return {a.groups,
+          a.attention_gpus_per_node,
+          a.ffn_gpus_per_node,
+          a.attention_nics_per_node,
+          a.ffn_nics_per_node,
+          a.mixed_nodes};
 }
 
 /// The allocation of layout `l` with recomputation `recompute`, stage-aligned fusion
@@ -44,7 +49,8 @@ inline plan::Allocation allocation_of(const AfLayout& l, plan::Recompute recompu
           recompute,
           fuse,
           context_parallel,
-          group_factor};
+          group_factor,
+          l.mixed_nodes};
 }
 
 /// The simulator's costs for planner options `o` on model `m` and allocation `x`: the

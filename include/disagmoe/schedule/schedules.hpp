@@ -138,8 +138,9 @@ inline std::string context_parallel_suffix(const CostOptions& o) {
 inline std::string af_label(const AfLayout& l, int g, plan::Recompute rc, bool fuse = true) {
   return "p=" + std::to_string(l.groups) + " a/f=" + std::to_string(l.attention_gpus_per_node) + "/" +
          std::to_string(l.ffn_gpus_per_node) + " nic=" + std::to_string(l.attention_nics_per_node) + "/" +
-         std::to_string(l.ffn_nics_per_node) + " g=" + std::to_string(g) + recompute_suffix(rc) +
-         (fuse ? "" : " unfused");
+         std::to_string(l.ffn_nics_per_node) +
+         (l.mixed_nodes > 0 ? " mixed=" + std::to_string(l.mixed_nodes) : "") + " g=" + std::to_string(g) +
+         recompute_suffix(rc) + (fuse ? "" : " unfused");
 }
 }  // namespace detail
 
