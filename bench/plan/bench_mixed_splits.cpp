@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What mixed per-node splits (plan::Allocation::mixed_nodes) buy: for every setting the
-// planner's analytic plan with every node split alike (PlanOptions::mixed_splits = false)
-// and with mixed nodes allowed, both simulated (simulate_plan, at the simulated rate over
+// planner's analytic plan with every node split alike (the default) and with mixed nodes
+// allowed (PlanOptions::mixed_splits, disagmoe-plan --mixed-splits), both simulated (simulate_plan, at the simulated rate over
 // the plan's batch). One row per setting (tab-separated: cluster, model, seq_len, uniform
 // plan, its simulated s, the plan with mixed splits allowed, its simulated s, analytic
 // gain, simulated gain), then how many plans mix and their simulated gains.

@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Plan DisagMoE's attention/FFN split of GPUs and NICs for a model on a cluster.", "disagmoe-plan"};
   std::string model_arg, cluster_arg, svg_path;
   int seq_len = 0, micro_batch = 0, global_batch = 0, context_parallel = 0, group_factor = 0;
-  bool json = false, rdma_m2n = false, no_recommend = false, embedding_head = false, uniform_splits = false;
+  bool json = false, rdma_m2n = false, no_recommend = false, embedding_head = false, mixed_splits = false;
   long refine_evaluations = 0;
   double sm_fraction = 0, optimizer_bytes = plan::kDefaultMemory.optimizer_bytes;
   app.add_option("--model", model_arg, "a model preset name or a JSON file")->required();
@@ -141,9 +141,9 @@ int main(int argc, char** argv) {
                "price the embedding (on the first pair) and the output head, vocabulary-parallel over the A "
                "groups, as scheduled ops, and schedule them in every simulation (AF-Pipe and the baselines)");
   app.add_flag(
-      "--uniform-splits", uniform_splits,
-      "split every node's GPUs alike (default: some nodes may give attention one GPU more, so that the "
-      "attention/FFN ratio can sit between two splits per node)");
+      "--mixed-splits", mixed_splits,
+      "let some nodes give attention one GPU more than the others, so that the attention/FFN ratio can sit "
+      "between two splits per node (context parallelism 1 there; default: every node alike)");
   app.add_option(
          "--context-parallel", context_parallel,
          "GPUs of one node that split each sequence of the attention groups, passing keys and values in a "
@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
     o.group_factor = group_factor;
     o.m2n_uses_sms = !rdma_m2n;
     o.embedding_head = embedding_head;
-    o.mixed_splits = !uniform_splits;
+    o.mixed_splits = mixed_splits;
     const plan::AdaptiveAllocator allocator(m, c, o);
     std::optional<long> refine;
     if (app.count("--refine-evaluations")) {

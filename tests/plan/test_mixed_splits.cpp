@@ -101,7 +101,9 @@ TEST_CASE("the analytic model under a mixed split: group sizes, GPUs, bandwidths
   ModelSpec m = model_preset("olmoe-1b-7b");
   m.seq_len = 4096;
   const ClusterSpec c = small_cluster(4, 8, 8);
-  const AnalyticModel model(m, c, {});
+  PlanOptions o;
+  o.mixed_splits = true;
+  const AnalyticModel model(m, c, o);
   // p = 2 pairs of two nodes; 2 of the 4 nodes (one per pair) give 3 A + 5 F, the others 2 + 6.
   const Allocation x{2, 2, 6, 3, 5, {}, true, 1, 2, 2};
   REQUIRE(model.valid(x));
@@ -141,10 +143,8 @@ TEST_CASE("the analytic model under a mixed split: group sizes, GPUs, bandwidths
   CHECK(invalid(y));
   y = Allocation{2, 2, 1, 3, 5, {}, true, 1, 2, 2};  // F would keep no GPU on a mixed node
   CHECK(invalid(y));
-  PlanOptions uniform_only;
-  uniform_only.mixed_splits = false;
-  CHECK_FALSE(AnalyticModel(m, c, uniform_only).valid(x));
-  PlanOptions cp2;
+  CHECK_FALSE(AnalyticModel(m, c, {}).valid(x));  // off by default
+  PlanOptions cp2 = o;
   cp2.context_parallel = 2;
   Allocation z = x;
   z.context_parallel = 2;
@@ -172,6 +172,7 @@ TEST_CASE("mixed splits against enumeration: the search finds the fastest split,
     PlanOptions o;
     o.context_parallel = 1;
     o.group_factor = 2;
+    o.mixed_splits = true;
     const AdaptiveAllocator allocator(m, c, o);
     const AnalyticModel& model = allocator.model();
     double best = std::numeric_limits<double>::infinity(), best_uniform = best;
@@ -206,7 +207,9 @@ TEST_CASE("mixed splits against enumeration: the search finds the fastest split,
 TEST_CASE("the plan's JSON carries the mixed nodes; plans without them read back alike") {
   ModelSpec m = model_preset("olmoe-1b-7b");
   const ClusterSpec c = parse_cluster_name("h800x128:4");
-  Plan p = AdaptiveAllocator(m, c).plan();
+  PlanOptions o;
+  o.mixed_splits = true;
+  Plan p = AdaptiveAllocator(m, c, o).plan();
   p.allocation = Allocation{2, 2, 6, 3, 5, {}, true, 1, 2, 2};
   const io::Json j = to_json(p);
   CHECK(j.at("allocation").at("mixed_nodes").get<int>() == 2);

@@ -408,6 +408,7 @@ TEST_CASE("fusion: the planner's NIC and NVLink seconds per side are the simulat
     const auto c = disagmoe::parse_cluster_name("h800x128:4");
     dp::PlanOptions o;
     o.global_batch = 240 * m.micro_batch;  // whole waves for every A group size below
+    o.mixed_splits = true;
     const dp::AnalyticModel model(m, c, o);
     const double eff = o.efficiency.network;
     for (const dp::Allocation base :
@@ -449,7 +450,9 @@ TEST_CASE("mixed splits: the simulator places, prices and sizes a mixed layout a
   auto m = disagmoe::model_preset("gpt-oss-120b");
   m.seq_len = 8192;
   const auto c = disagmoe::parse_cluster_name("h800x128:8");
-  const dp::AnalyticModel model(m, c, {});
+  dp::PlanOptions o;
+  o.mixed_splits = true;
+  const dp::AnalyticModel model(m, c, o);
   const double eff = model.options().efficiency.network;
   for (dp::Allocation x :
        {dp::Allocation{4, 2, 6, 5, 3, {}, false, 1, 2, 4}, dp::Allocation{2, 2, 6, 4, 4, {}, true, 1, 2, 2},

@@ -85,8 +85,11 @@ struct PlanOptions {
   /// per token in and out per direction). false: their FLOPs are not scheduled.
   bool embedding_head = false;
   /// Let nodes split unlike each other (Allocation::mixed_nodes), so that the A:F ratio
-  /// can sit between two integer splits per node. false: every node splits alike.
-  bool mixed_splits = true;
+  /// can sit between two integer splits per node. Off by default: they need context
+  /// parallelism off, and over 48 bench settings the analytic plan with them simulates
+  /// 1.005-1.039x faster on two and 0.923x on one, where the model's error across
+  /// context-parallel degrees exceeds the gain (bench_mixed_splits, bench/RESULTS.md).
+  bool mixed_splits = false;
 };
 
 /// Tokens per step when PlanOptions::global_batch is 0: 4 Mi, the batch of GPT-3's

@@ -51,7 +51,8 @@ struct Plan {
   int idle_gpus = 0;                          ///< GPUs of the cluster in neither side
   Binding binding;                            ///< the constraint that binds the allocation
   /// Link bandwidth per A GPU, bytes/s (peak): the A NICs of a node × NIC bandwidth /
-  /// the A GPUs of the node; on one node each GPU's intra-node link bandwidth.
+  /// the A GPUs of the node (of a mixed node under a mixed split, where they share the
+  /// NICs one more way); on one node each GPU's intra-node link bandwidth.
   double attention_bandwidth_per_gpu = 0;
   double ffn_bandwidth_per_gpu = 0;           ///< the same for an F GPU
   int attention_group_size = 0;               ///< GPUs per A group
