@@ -184,6 +184,12 @@ int main(int argc, char** argv) {
       expect(global_batch > 0, "--global-batch", global_batch, "a positive number of sequences");
     expect_in("--context-parallel", context_parallel, 0, c.gpus_per_node);
     expect_in("--group-factor", group_factor, 0, 2);
+    if (mixed_splits) {
+      expect(c.nodes > 1, "--mixed-splits", "(given)",
+             "a cluster of more than one node (a mixed split moves GPUs between the sides of some nodes)");
+      expect(context_parallel <= 1, "--context-parallel", context_parallel,
+             "0 or 1 with --mixed-splits (a mixed split needs the same attention GPUs on every node)");
+    }
     cli::expect_optimizer_bytes(optimizer_bytes);
     plan::PlanOptions o;
     o.memory.optimizer_bytes = optimizer_bytes;

@@ -9,8 +9,10 @@
 #include <doctest/doctest.h>
 
 #include "tiny_model.hpp"
+#include <algorithm>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace disagmoe;
@@ -204,6 +206,81 @@ TEST_CASE("mixed splits against enumeration: the search finds the fastest split,
   CHECK(mixed_best >= 2);
 }
 
+TEST_CASE("the local search steps the A:F ratio by one node per pair, across whole splits too") {
+  ModelSpec m = model_preset("olmoe-1b-7b");
+  m.seq_len = 4096;
+  PlanOptions o;
+  o.mixed_splits = true;
+  const AnalyticModel model(m, small_cluster(4, 8, 8), o);
+  const auto has = [&](const Allocation& from, int a, int f, int k) {
+    for (const Allocation& y : neighbours(model, from))
+      if (y.attention_gpus_per_node == a && y.ffn_gpus_per_node == f && y.mixed_nodes == k &&
+          y.groups == from.groups && y.attention_nics_per_node == from.attention_nics_per_node)
+        return true;
+    return false;
+  };
+  const Allocation uniform{2, 2, 6, 3, 5, {}, true, 1, 2, 0}, mixed{2, 2, 6, 3, 5, {}, true, 1, 2, 2};
+  CHECK(has(uniform, 2, 6, 2));  // 2 -> 2.5 A GPUs per node
+  CHECK(has(uniform, 1, 7, 2));  // 2 -> 1.5
+  CHECK(has(mixed, 2, 6, 0));    // 2.5 -> 2
+  CHECK(has(mixed, 3, 5, 0));    // 2.5 -> 3
+}
+
+TEST_CASE("every valid allocation is enumerated, mixed ones included, once; only-mixed fits still plan") {
+  // Oracle: hand-written loops over every field (every k, not only multiples of p),
+  // filtered by AnalyticModel::valid.
+  ModelSpec m = model_preset("olmoe-1b-7b");
+  m.seq_len = 4096;
+  const ClusterSpec c = small_cluster(4, 4, 2);
+  PlanOptions o;
+  o.mixed_splits = true;
+  const AnalyticModel model(m, c, o);
+  std::vector<Allocation> listed, by_hand;
+  for_each_allocation(model, [&](const Allocation& x) { listed.push_back(x); });
+  for (int p = 1; p <= model.max_groups(); ++p)
+    for (int a = 0; a <= c.gpus_per_node; ++a)
+      for (int f = 0; f <= c.gpus_per_node; ++f)
+        for (int k = 0; k < c.nodes; ++k)
+          for (int na = 0; na <= c.nics_per_node; ++na)
+            for (int nf = 0; nf <= c.nics_per_node; ++nf)
+              for (bool ra : {false, true})
+                for (bool rf : {false, true})
+                  for (bool fuse : {true, false}) {
+                    const Allocation x{p, a, f, na, nf, {ra, rf}, fuse, 1, 2, k};
+                    if (model.valid(x)) by_hand.push_back(x);
+                  }
+  const auto key = [](const Allocation& x) {
+    return std::tuple{x.groups,
+                      x.attention_gpus_per_node,
+                      x.ffn_gpus_per_node,
+                      x.mixed_nodes,
+                      x.attention_nics_per_node,
+                      x.ffn_nics_per_node,
+                      x.recompute.attention,
+                      x.recompute.ffn,
+                      x.fuse};
+  };
+  const auto by_key = [&](const Allocation& x, const Allocation& y) { return key(x) < key(y); };
+  std::sort(listed.begin(), listed.end(), by_key);
+  std::sort(by_hand.begin(), by_hand.end(), by_key);
+  CHECK(listed == by_hand);
+  CHECK(std::count_if(by_hand.begin(), by_hand.end(), [](const Allocation& x) { return x.mixed_nodes > 0; }) >
+        0);
+  // Where only a mixed split fits memory (the MILP spans uniform ones), the planner seeds
+  // from the fastest that fits instead of reporting that nothing does.
+  ModelSpec big = model_preset("gpt-oss-120b");
+  big.seq_len = 65536;
+  PlanOptions tight;
+  tight.context_parallel = 1;
+  tight.memory_fraction = 0.7;
+  const ClusterSpec sixteen = parse_cluster_name("h800x128");
+  CHECK_THROWS_AS((void)AdaptiveAllocator(big, sixteen, tight).plan(), ConfigError);
+  tight.mixed_splits = true;
+  const Plan only_mixed = AdaptiveAllocator(big, sixteen, tight).plan();
+  CHECK(only_mixed.allocation.mixed_nodes > 0);
+  CHECK(only_mixed.predicted.fits());
+}
+
 TEST_CASE("the plan's JSON carries the mixed nodes; plans without them read back alike") {
   ModelSpec m = model_preset("olmoe-1b-7b");
   const ClusterSpec c = parse_cluster_name("h800x128:4");
@@ -217,6 +294,8 @@ TEST_CASE("the plan's JSON carries the mixed nodes; plans without them read back
   io::Json old = j;
   old.at("allocation").erase("mixed_nodes");
   CHECK(allocation_from_json(old, m, c).mixed_nodes == 0);
+  p.allocation.mixed_nodes = 0;  // a uniform plan's JSON is as before: no key
+  CHECK_FALSE(to_json(p).at("allocation").contains("mixed_nodes"));
   io::Json bad = j;
   bad["allocation"]["mixed_nodes"] = 4;  // as many as the nodes
   CHECK_THROWS_AS((void)allocation_from_json(bad, m, c), IoError);

@@ -98,6 +98,26 @@ inline std::vector<Allocation> fastest_per_pair_count(const AnalyticModel& model
   return v;
 }
 
+/// The local search's seed: the allocation MILP's optimum (solve_allocation_milp), or,
+/// where no uniform split fits but a mixed one does (Allocation::mixed_nodes: the MILP
+/// spans uniform splits), the analytically fastest allocation that fits, with its
+/// bound. Not found when nothing fits. O(MILP) + O(#allocations · layers) in that case.
+inline MilpSeed allocation_seed(const AnalyticModel& model, const milp::Options& options = {}) {
+  MilpSeed s = solve_allocation_milp(model, options);
+  if (s.found) return s;
+  double fastest = std::numeric_limits<double>::infinity();
+  for (const Allocation& x : fastest_per_pair_count(model)) {
+    const StepEstimate e = model.estimate(x);
+    if (e.step_seconds < fastest) {
+      fastest = e.step_seconds;
+      s.found = true;
+      s.allocation = x;
+      s.bound_seconds = e.bound_seconds;
+    }
+  }
+  return s;
+}
+
 /// `search` with the analytic model's fastest allocation at every pair count
 /// (fastest_per_pair_count) but `except_groups` added to its starts, the analytically
 /// fastest first (the starts get at most half of a small budget). For a local search with
@@ -148,7 +168,7 @@ inline PlanOptions resolve_automatic(const ModelSpec& m, const ClusterSpec& c, P
       t.context_parallel = cp;
       t.group_factor = k;
       const AnalyticModel model(m, c, t);
-      const MilpSeed seed = solve_allocation_milp(model, options);
+      const MilpSeed seed = allocation_seed(model, options);
       if (!seed.found) {
         const double over = std::isinf(best) ? closest_fit(model).second : least_over;
         if (over < least_over) {
@@ -178,16 +198,16 @@ class AdaptiveAllocator {
   /// The analytic model every stage uses.
   [[nodiscard]] const AnalyticModel& model() const { return model_; }
 
-  /// The MILP seed. Throws ConfigError when no valid allocation exists and the
-  /// out-of-memory error of `require_fit` (naming the worker type, bytes needed and
-  /// available) when none fits memory.
+  /// The MILP seed (allocation_seed). Throws ConfigError when no valid allocation exists
+  /// and the out-of-memory error of `require_fit` (naming the worker type, bytes needed
+  /// and available) when none fits memory.
   [[nodiscard]] MilpSeed seed(const milp::Options& options = {}) const {
     bool any = false;
     for_each_allocation(model_, [&](const Allocation&) { any = true; });
     expect(any, "cluster", model_.cluster().name,
            "room for at least one attention and one FFN group (GPUs per node >= 2, expert count divisible by an "
            "FFN group size, global_batch >= the attention group size)");
-    MilpSeed s = solve_allocation_milp(model_, options);
+    MilpSeed s = allocation_seed(model_, options);
     if (!s.found) diagnose_out_of_memory();
     return s;
   }

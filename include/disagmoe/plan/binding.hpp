@@ -53,7 +53,9 @@ inline Binding binding_constraint(const AnalyticModel& model, const Allocation& 
   for (int p = 1; p <= model.max_groups(); ++p)
     for (bool ra : model.recompute_choices())
       for (bool rf : model.recompute_choices())
-        for (int k = mine + 1; k < c.gpus_per_node; ++k) {
+        // Under a mixed split F averages fewer than `mine` GPUs per node: its uniform
+        // `mine` gives it more.
+        for (int k = mine + (x.mixed_nodes > 0 && !a_side ? 0 : 1); k < c.gpus_per_node; ++k) {
           Allocation y = x;
           y.groups = p;
           y.recompute = {ra, rf};

@@ -69,9 +69,16 @@ inline std::vector<Allocation> neighbours(const AnalyticModel& model, const Allo
       y.ffn_gpus_per_node += df;
       add(y);
     }
+  // One step of the A:F ratio, a + k / nodes: past k = 0 or nodes, the next whole split.
+  const int nodes = model.cluster().nodes;
   for (int dk : {-1, 1}) {
     Allocation y = x;
     y.mixed_nodes += dk * x.groups;
+    if (y.mixed_nodes >= nodes || y.mixed_nodes < 0) {
+      y.attention_gpus_per_node += dk;
+      y.ffn_gpus_per_node -= dk;
+      y.mixed_nodes = dk > 0 ? 0 : nodes - x.groups;
+    }
     add(y);
   }
   for (int da : {-1, 0, 1})

@@ -154,13 +154,14 @@ inline Plan make_plan(const AnalyticModel& model, const Allocation& x, const Sea
   p.binding = binding_constraint(model, x);
   p.attention_group_size = model.attention_group_size(x);
   p.ffn_group_size = model.ffn_group_size(x);
-  // Per GPU at the group's rate (on mixed nodes a side's NICs are shared differently).
-  const auto per_gpu = [&](double group_bandwidth, int group) {
-    return c.nodes == 1 ? c.intra_node_bandwidth
-                        : group_bandwidth / model.options().efficiency.network / group;
+  // Per GPU on the nodes where a side's GPUs share its NICs most ways (AnalyticModel::
+  // attention_bandwidth): a mixed node's A GPUs, and the F GPUs of the other nodes.
+  const auto per_gpu = [&](int nics, int gpus) {
+    return c.nodes == 1 ? c.intra_node_bandwidth : double(nics) * c.nic_bandwidth / gpus;
   };
-  p.attention_bandwidth_per_gpu = per_gpu(model.attention_bandwidth(x), p.attention_group_size);
-  p.ffn_bandwidth_per_gpu = per_gpu(model.ffn_bandwidth(x), p.ffn_group_size);
+  p.attention_bandwidth_per_gpu =
+      per_gpu(x.attention_nics_per_node, x.attention_gpus_per_node + (x.mixed_nodes > 0 ? 1 : 0));
+  p.ffn_bandwidth_per_gpu = per_gpu(x.ffn_nics_per_node, x.ffn_gpus_per_node);
   p.layer_groups = interleaved_groups(m.layers, x.groups);
   p.predicted = model.estimate(x);
   const RooflineModel roof(model, x);

@@ -39,16 +39,17 @@ inline io::Json to_json(const RooflinePoint& r) {
 }
 inline io::Json to_json(Recompute r) { return {{"attention", r.attention}, {"ffn", r.ffn}}; }
 inline io::Json to_json(const Allocation& a) {
-  return {{"groups", a.groups},
-          {"attention_gpus_per_node", a.attention_gpus_per_node},
-          {"ffn_gpus_per_node", a.ffn_gpus_per_node},
-          {"attention_nics_per_node", a.attention_nics_per_node},
-          {"ffn_nics_per_node", a.ffn_nics_per_node},
-          {"recompute", to_json(a.recompute)},
-          {"fuse", a.fuse},
-          {"context_parallel", a.context_parallel},
-          {"group_factor", a.group_factor},
-          {"mixed_nodes", a.mixed_nodes}};
+  io::Json j = {{"groups", a.groups},
+                {"attention_gpus_per_node", a.attention_gpus_per_node},
+                {"ffn_gpus_per_node", a.ffn_gpus_per_node},
+                {"attention_nics_per_node", a.attention_nics_per_node},
+                {"ffn_nics_per_node", a.ffn_nics_per_node},
+                {"recompute", to_json(a.recompute)},
+                {"fuse", a.fuse},
+                {"context_parallel", a.context_parallel},
+                {"group_factor", a.group_factor}};
+  if (a.mixed_nodes > 0) j["mixed_nodes"] = a.mixed_nodes;  // uniform plans read as before
+  return j;
 }
 }  // namespace detail
 
