@@ -14,6 +14,7 @@
 // FFN at long sequences, where attention gets more GPUs than FFN.
 //   bench_plan [repeats]   (default 3)
 #include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/allocation_enumeration.hpp>
 #include <disagmoe/spec/presets.hpp>
 
 #include <bench_args.hpp>

@@ -2,7 +2,7 @@
 // A model on a small cluster: the cases the exhaustive-enumeration oracles run on.
 #pragma once
 
-#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/analytic_model.hpp>
 #include <disagmoe/spec/presets.hpp>
 
 #include "tiny_model.hpp"

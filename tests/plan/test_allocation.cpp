@@ -2,8 +2,9 @@
 // Layer assignment, worker memory (against an explicit tensor list), the analytic
 // allocation model, and the MILP formulation (every allocation is a feasible MILP
 // point with objective = its bound iff it fits; the MILP optimum = enumeration).
-#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/allocation_enumeration.hpp>
 #include <disagmoe/plan/allocation_milp.hpp>
+#include <disagmoe/plan/analytic_model.hpp>
 #include <disagmoe/spec/presets.hpp>
 
 #include "small_case.hpp"

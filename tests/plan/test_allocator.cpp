@@ -2,6 +2,7 @@
 // The MILP optimum equals exhaustive enumeration of all allocations on small clusters
 // (same cost model); the AdaptiveAllocator's plan; the out-of-memory error.
 #include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/allocation_enumeration.hpp>
 #include <disagmoe/spec/presets.hpp>
 
 #include "small_case.hpp"

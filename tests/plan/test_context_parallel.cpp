@@ -5,6 +5,7 @@
 // micro-batches), the MILP against enumeration, the automatic degree against planning
 // every degree, and the JSON.
 #include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/allocation_enumeration.hpp>
 #include <disagmoe/plan/plan_json.hpp>
 #include <disagmoe/spec/presets.hpp>
 

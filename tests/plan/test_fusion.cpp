@@ -3,6 +3,7 @@
 // choice of the planner: where each transfer's bytes go (hand count), the search's
 // pick against the enumeration of both choices, and the choice in the plan's JSON.
 #include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/allocation_enumeration.hpp>
 #include <disagmoe/plan/plan_json.hpp>
 #include <disagmoe/spec/presets.hpp>
 

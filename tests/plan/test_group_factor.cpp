@@ -3,6 +3,7 @@
 // in flight (closed form), the MILP still equals enumeration, and the automatic choice
 // of factor and context-parallel degree equals planning every combination.
 #include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/allocation_enumeration.hpp>
 #include <disagmoe/plan/plan_json.hpp>
 #include <disagmoe/spec/presets.hpp>
 

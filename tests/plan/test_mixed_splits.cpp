@@ -3,6 +3,7 @@
 // one fewer. Placement against a GPU-by-GPU recount, the analytic model's group sizes,
 // bandwidths and validity by hand, the search against exhaustive enumeration, the JSON.
 #include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/allocation_enumeration.hpp>
 #include <disagmoe/plan/plan_json.hpp>
 #include <disagmoe/spec/presets.hpp>
 

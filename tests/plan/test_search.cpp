@@ -2,6 +2,7 @@
 // Roofline (hand counts, monotonicity in sequence length, SVG), local search (finds the
 // exhaustive minimum of a convex oracle; respects the budget; never worse than the
 // seed with the analytic oracle).
+#include <disagmoe/plan/allocation_enumeration.hpp>
 #include <disagmoe/plan/local_search.hpp>
 #include <disagmoe/plan/plan.hpp>
 #include <disagmoe/plan/roofline.hpp>

@@ -5,6 +5,7 @@
 // it stops at a local optimum of the simulator, everything derived from the allocation
 // follows it, and its budget and failures are honoured.
 #include <disagmoe/plan/adaptive_allocator.hpp>
+#include <disagmoe/plan/allocation_enumeration.hpp>
 #include <disagmoe/plan/plan_json.hpp>
 #include <disagmoe/schedule/plan_oracle.hpp>
 #include <disagmoe/spec/presets.hpp>

@@ -11,8 +11,9 @@
 #include <disagmoe/error.hpp>
 #include <disagmoe/milp/branch_and_bound.hpp>
 #include <disagmoe/milp/result.hpp>
-#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/allocation_enumeration.hpp>
 #include <disagmoe/plan/allocation_milp.hpp>
+#include <disagmoe/plan/analytic_model.hpp>
 #include <disagmoe/plan/local_search.hpp>
 #include <disagmoe/plan/plan.hpp>
 #include <disagmoe/plan/step_time_oracle.hpp>

@@ -53,7 +53,7 @@
 #pragma once
 
 #include <disagmoe/milp/problem.hpp>
-#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/analytic_model.hpp>
 
 #include <algorithm>
 #include <map>

@@ -5,7 +5,7 @@
 /// network bounds the step.
 #pragma once
 
-#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/analytic_model.hpp>
 
 #include <algorithm>
 #include <limits>

@@ -290,7 +290,7 @@ struct RingAttentionSeconds {
 /// hop is one message over the GPU's intra-node link (`c.intra_node_latency`, bandwidth ×
 /// `network_efficiency`). Ring attention computes on one chunk while the next arrives,
 /// so a pass takes the longer of its compute and its ring (schedule/cost_adapter.hpp,
-/// plan/allocation.hpp).
+/// plan/analytic_model.hpp).
 /// A sliding-window layer (window w: query i sees keys i − w < j ≤ i, model/attention.hpp)
 /// keeps the same load-balanced layout, each GPU two half-chunks of H = S/(2cp) positions
 /// (i and 2cp − 1 − i), so it needs only the w − 1 positions before each half: a halo of

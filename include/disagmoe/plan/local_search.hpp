@@ -5,7 +5,7 @@
 /// local search with step times that include what the seed's model leaves out).
 #pragma once
 
-#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/analytic_model.hpp>
 #include <disagmoe/plan/step_time_oracle.hpp>
 
 #include <cmath>

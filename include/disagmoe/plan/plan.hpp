@@ -5,7 +5,7 @@
 /// A plain value; JSON in plan_json.hpp.
 #pragma once
 
-#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/analytic_model.hpp>
 #include <disagmoe/plan/binding.hpp>
 #include <disagmoe/plan/layer_assignment.hpp>
 #include <disagmoe/plan/local_search.hpp>

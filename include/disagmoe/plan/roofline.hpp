@@ -10,7 +10,7 @@
 /// bytes per token do not); the FFN's does not.
 #pragma once
 
-#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/analytic_model.hpp>
 #include <disagmoe/plan/cost_model.hpp>
 
 #include <algorithm>

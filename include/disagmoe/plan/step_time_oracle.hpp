@@ -12,7 +12,7 @@
 /// never an oracle.
 #pragma once
 
-#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/analytic_model.hpp>
 
 #include <concepts>
 #include <type_traits>

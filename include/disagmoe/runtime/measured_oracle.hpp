@@ -12,7 +12,7 @@
 #include <disagmoe/backend/host/loopback_transport.hpp>
 #include <disagmoe/error.hpp>
 #include <disagmoe/model/decoder_options.hpp>
-#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/analytic_model.hpp>
 #include <disagmoe/plan/step_time_oracle.hpp>
 #include <disagmoe/runtime/disaggregated_options.hpp>
 #include <disagmoe/runtime/disaggregated_trainer.hpp>

@@ -9,10 +9,11 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
-#include <disagmoe/plan/cost_model.hpp>
-#include <disagmoe/plan/layer_assignment.hpp>
 #include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/cost_model.hpp>
 #include <disagmoe/plan/group_placement.hpp>
+#include <disagmoe/plan/layer_assignment.hpp>
+#include <disagmoe/plan/plan_options.hpp>
 #include <disagmoe/schedule/problem.hpp>
 #include <disagmoe/spec/cluster_spec.hpp>
 #include <disagmoe/spec/model_size.hpp>
@@ -206,7 +207,7 @@ inline void add_recompute(LayerCost& x, const CostOptions& o) {
 }
 
 // The busiest GPU of an F group of `g` when the E experts of a layer do not split
-// evenly: it holds ceil(E / g) of them (plan/allocation.hpp's rule). Under uniform
+// evenly: it holds ceil(E / g) of them (plan/analytic_model.hpp's rule). Under uniform
 // routing its token-expert pairs, hence its expert FLOPs, are ceil(E/g)/E of the layer's
 // (`compute` is that over the even share 1/g), and its A↔F rows are
 // plan::ffn_busiest_rows times the mean. Both are exactly 1 when g divides E.

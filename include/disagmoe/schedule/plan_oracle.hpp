@@ -10,7 +10,7 @@
 #pragma once
 
 #include <disagmoe/plan/adaptive_allocator.hpp>
-#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/analytic_model.hpp>
 #include <disagmoe/plan/step_time_oracle.hpp>
 #include <disagmoe/schedule/schedules.hpp>
 

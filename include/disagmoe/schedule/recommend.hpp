@@ -15,7 +15,7 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
-#include <disagmoe/plan/allocation.hpp>
+#include <disagmoe/plan/analytic_model.hpp>
 #include <disagmoe/schedule/plan_oracle.hpp>
 #include <disagmoe/schedule/schedules.hpp>
 #include <disagmoe/schedule/side_metrics.hpp>
