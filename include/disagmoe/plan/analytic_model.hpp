@@ -128,7 +128,13 @@ class AnalyticModel {
         attention_s_[rc].push_back((af + (ab + aw) + rc * af) / ea);
         routed_s_[rc].push_back((r.total() / cp + rc * r.forward / cp) / ef);
         other_s_[rc].push_back((o.total() / cp + rc * o.forward / cp) / ef);
+        attention_backward_s_[rc].push_back((ab + rc * af) / ea);
+        routed_backward_s_[rc].push_back((r.backward_input + rc * r.forward) / cp / ef);
+        other_backward_s_[rc].push_back((o.backward_input + rc * o.forward) / cp / ef);
       }
+      attention_forward_s_.push_back(af / ea);
+      routed_forward_s_.push_back(r.forward / cp / ef);
+      other_forward_s_.push_back(o.forward / cp / ef);
       row_bytes_per_token_.push_back(dispatch_bytes(m_, l, one) / double(m_.tokens_per_micro_batch()));
       attention_params_.push_back(double(attention_side_params(m_, l)));
       replicated_ffn_params_.push_back(
@@ -443,11 +449,11 @@ class AnalyticModel {
   /// Predicts step time and memory of `x`. Precondition: valid(x) (ConfigError
   /// otherwise). Model: per-micro-batch busy time of each resource of each pair;
   /// the bottleneck's busy time plus one fill/drain (M·S + R − s) bounds the step, and so
-  /// do the W/N trips of the N waves in flight through the closed cyclic pipeline, each
-  /// `rounds` round trips R stretched by the other waves met on each resource
-  /// (asymptotic bounds of closed queueing networks, X ≤ min(N/R, 1/D_max), Lazowska et
-  /// al. 1984, "Quantitative System Performance", §5.2; the stretch below). The step is
-  /// a smooth maximum of the two, up to 2^(1/8) times the larger where they are equal.
+  /// does the ring's path: a wave's forward and backward round trips through the pairs,
+  /// `rounds` times, as the schedule's ping-pong groups overlap them, stretched by the
+  /// other waves in flight met on each resource (closed queueing networks, Lazowska et
+  /// al. 1984, "Quantitative System Performance"; the stretch below). The step is a
+  /// smooth maximum of the two, up to 2^(1/8) times the larger where they are equal.
   [[nodiscard]] StepEstimate estimate(const Allocation& x) const {
     if (!valid(x))  // the message only when it is needed: estimate runs per candidate of the searches
       expect(false, "allocation", describe_allocation(x), "a valid allocation for " + c_.name);
@@ -463,6 +469,7 @@ class AnalyticModel {
     const double sm = o_.m2n_uses_sms ? c_.kernel_comm_sm_fraction : c_.rdma_comm_sm_fraction;
     struct PairTimes {
       double a, f, la, lf, la_ar, lf_ar, layers;  // link seconds without / with the all-reduce
+      double a_forward, f_forward, a_backward, f_backward;  // a and f on a wave's path, per pass
     };
     // NVLink of a group (on one node also its only link: side_bandwidth says the same).
     const double nvl_a = ga * c_.intra_node_bandwidth * o_.efficiency.network;
@@ -473,9 +480,16 @@ class AnalyticModel {
     for (int i = 0; i < p; ++i) {
       double ta = head_seconds(p, i), tf = 0, bytes_a = 0, bytes_f = 0;
       double params_a = edge_params(p, i), params_f = 0;
+      // The head (with the loss) starts the backward: on the backward path.
+      double ta_forward = 0, tf_forward = 0, ta_backward = head_seconds(p, i), tf_backward = 0;
+      const bool ra = x.recompute.attention, rf = x.recompute.ffn;
       for (int l : groups[i]) {
         ta += attention_s_[x.recompute.attention][l];
         tf += routed_s_[x.recompute.ffn][l] * share + other_s_[x.recompute.ffn][l] / gf;
+        ta_forward += attention_forward_s_[l];
+        tf_forward += routed_forward_s_[l] * share + other_forward_s_[l] / gf;
+        ta_backward += attention_backward_s_[ra][l];
+        tf_backward += routed_backward_s_[rf][l] * share + other_backward_s_[rf][l] / gf;
         const double moe = m_.is_moe_layer(l);
         bytes_a += 2 * t * row_bytes_per_token_[l] * (moe ? rows : 1);
         // The busiest F GPU receives and returns `imb` times the mean rows (the simulator's
@@ -511,12 +525,13 @@ class AnalyticModel {
       };
       const double la = seconds(mine.attention_nic, mine.attention_nvlink, bw_a, nvl_a) + ring_a;
       const double lf = seconds(mine.ffn_nic, mine.ffn_nvlink, bw_f, nvl_f);
-      pairs.push_back({a, f, la, lf, la + ar_a, lf + ar_f, double(groups[i].size())});
+      pairs.push_back({a, f, la, lf, la + ar_a, lf + ar_f, double(groups[i].size()), ta_forward / ga, tf_forward,
+                       ta_backward / ga, tf_backward});
     }
     e.bound_seconds = busy;
     // Compute slowed by the SMs the M2N kernels hold, over the untaxed period `busy`
     // (a one-step fixed point: the taxed period is at most 1/(1 − sm) longer).
-    double taxed = 0, contention = 0;
+    double taxed = 0, contention = 0, forward_round = 0, backward_round = 0;
     for (std::size_t i = 0; i < pairs.size(); ++i) {
       const PairTimes& q = pairs[i];
       const double link = kCommOverlap * std::max(q.la, q.lf);
@@ -538,24 +553,35 @@ class AnalyticModel {
       // demand D = ga/layers × (its per-micro-batch seconds).
       const double per_layer = double(ga) / q.layers, wire = std::max(q.la, q.lf);
       e.round_seconds += per_layer * (a + f + 2 * wire) + 2 * latency;
+      // The same per pass, a dispatch and a return each (weight gradients off the path).
+      forward_round += per_layer * (q.a_forward * sa + q.f_forward * sf + wire) + latency;
+      backward_round += per_layer * (q.a_backward * sa + q.f_backward * sf + wire) + latency;
       contention += per_layer * mb * (a * a + f * f + 2 * wire * wire);
     }
     const double rounds = std::ceil(double(m_.layers) / p);
     e.waves = mb / ga;
-    // Only N = af_in_flight waves circulate at once (the schedule's window): W waves
-    // need W / N trips of `rounds` round trips each (X <= N / (rounds R), Lazowska et
-    // al. §5.2). Each trip's round trip is stretched by the other waves met on the way
-    // (approximate mean-value analysis, ibid. ch. 6): under processor sharing an op of
-    // demand D that finds the resource busy the share U = mb × (its seconds) / step of
-    // the step takes D (1 + U) on average, and of a pair's n = N / p waves it can meet
-    // only the n − 1 others (Schweitzer's (n − 1) / n taken per pair: over the whole ring's
-    // N it agrees less with the simulator, bench/RESULTS.md). Summed over resources, R0 + K / step;
-    // trips × rounds × (R0 + K / step) = step has the root `ring`.
+    // The ring's path: the W waves run in G = W / group ping-pong groups (af_group_size),
+    // each group's forward overlapping the previous group's backward (schedule/afpipe.hpp),
+    // so the first forward and the last backward run alone: a path of rounds × (R_f + R_b +
+    // (G − 1) max(R_f, R_b)), R_f and R_b a wave's forward and backward round trips.
+    // (Pricing it as W / N trips of the whole round trip R, X <= N / (rounds R), Lazowska
+    // et al. 1984, "Quantitative System Performance", §5.2, erred with the trips: 5%
+    // optimistic at one or two, 4% pessimistic at 32 or more; bench/RESULTS.md, session 27.)
+    // Every op on the path is stretched by the other waves it meets (approximate
+    // mean-value analysis, ibid. ch. 6): under processor sharing an op of demand D that
+    // finds the resource busy the share U = mb × (its seconds) / step of the step takes
+    // D (1 + U) on average, and of a pair's n = N / p waves in flight (N = af_in_flight)
+    // it can meet only the n − 1 others (Schweitzer's (n − 1) / n taken per pair: over the
+    // whole ring's N it agrees less with the simulator, bench/RESULTS.md). Over the W / N
+    // trips of `rounds` round trips, K / step in all; path + K / step = step has the root
+    // `ring`.
     const double in_flight = attention_in_flight(x), per_pair = in_flight / p;
-    const double c = e.waves / in_flight * rounds,
-                 k = c * contention * std::max(0.0, per_pair - 1) / per_pair;
-    const double ring =
-        (c * e.round_seconds + std::sqrt(c * e.round_seconds * c * e.round_seconds + 4 * k)) / 2;
+    const double group = af_group_size(p, int(std::max(1.0, std::floor(e.waves))), o_.group_factor);
+    const double ping_pong_groups = std::max(1.0, e.waves / group);
+    const double path = rounds * (forward_round + backward_round +
+                                  (ping_pong_groups - 1) * std::max(forward_round, backward_round));
+    const double c = e.waves / in_flight * rounds, k = c * contention * std::max(0.0, per_pair - 1) / per_pair;
+    const double ring = (path + std::sqrt(path * path + 4 * k)) / 2;
     e.stage_seconds = taxed * ga / rounds;
     // The busiest resource: its busy time plus one fill and drain of the ring.
     const double bound = mb * taxed + std::max(0.0, e.round_seconds - e.stage_seconds);
@@ -663,6 +689,10 @@ class AnalyticModel {
   // [recompute][layer]: seconds of one micro-batch on one GPU (A side, routed experts,
   // shared experts + dense FFN).
   std::vector<double> attention_s_[2], routed_s_[2], other_s_[2];
+  // The same per pass on a wave's path: the forward, and the backward's input gradient
+  // ([recompute]: after the recomputed forward); weight gradients are off the path.
+  std::vector<double> attention_forward_s_, routed_forward_s_, other_forward_s_;
+  std::vector<double> attention_backward_s_[2], routed_backward_s_[2], other_backward_s_[2];
   EmbeddingHeadSeconds head_{};                // all 0 unless PlanOptions::embedding_head
   std::vector<double> row_bytes_per_token_;    // bytes of one row per token (1 row)
   std::vector<double> attention_params_;       // A-side parameters per layer
