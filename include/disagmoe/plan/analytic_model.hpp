@@ -525,8 +525,8 @@ class AnalyticModel {
       };
       const double la = seconds(mine.attention_nic, mine.attention_nvlink, bw_a, nvl_a) + ring_a;
       const double lf = seconds(mine.ffn_nic, mine.ffn_nvlink, bw_f, nvl_f);
-      pairs.push_back({a, f, la, lf, la + ar_a, lf + ar_f, double(groups[i].size()), ta_forward / ga, tf_forward,
-                       ta_backward / ga, tf_backward});
+      pairs.push_back({a, f, la, lf, la + ar_a, lf + ar_f, double(groups[i].size()), ta_forward / ga,
+                       tf_forward, ta_backward / ga, tf_backward});
     }
     e.bound_seconds = busy;
     // Compute slowed by the SMs the M2N kernels hold, over the untaxed period `busy`
@@ -580,7 +580,8 @@ class AnalyticModel {
     const double ping_pong_groups = std::max(1.0, e.waves / group);
     const double path = rounds * (forward_round + backward_round +
                                   (ping_pong_groups - 1) * std::max(forward_round, backward_round));
-    const double c = e.waves / in_flight * rounds, k = c * contention * std::max(0.0, per_pair - 1) / per_pair;
+    const double c = e.waves / in_flight * rounds,
+                 k = c * contention * std::max(0.0, per_pair - 1) / per_pair;
     const double ring = (path + std::sqrt(path * path + 4 * k)) / 2;
     e.stage_seconds = taxed * ga / rounds;
     // The busiest resource: its busy time plus one fill and drain of the ring.
