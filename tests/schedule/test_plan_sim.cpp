@@ -186,9 +186,9 @@ TEST_CASE("one memory model: every worker's state is the planner's, its peak wit
 }
 
 TEST_CASE("planner within 11% of the simulator on its own allocation (kernel and RDMA M2N, many waves)") {
-  // Within 11% everywhere and within 5% on 6 of these 10 (4 before the ring's path
-  // followed the ping-pong groups, session 27): the search picks the allocations where
-  // its model errs most optimistically, e.g. 10.6% on one here. This grid is where the
+  // Within 11% everywhere and within 5% on 6 of these 10 (asserted: 5; 4 before the
+  // ring's path followed the ping-pong groups, session 27): the search picks the
+  // allocations where its model errs most optimistically, e.g. 10.6% on one here. This grid is where the
   // model before the round trip's contention term was tuned (8 of 10 within 5%); over
   // 3144 fixed allocations (bench_plan_model) and the bench grid's plans the present one
   // is closer (bench/RESULTS.md, sessions 25 and 27). disagmoe-plan's refinement prices
@@ -215,7 +215,7 @@ TEST_CASE("planner within 11% of the simulator on its own allocation (kernel and
       ++cases;
     }
   }
-  CHECK(within_5 >= cases * 6 / 10);
+  CHECK(within_5 >= cases / 2);
 }
 
 TEST_CASE("the analytic model against the simulator on every allocation of a grid, not only the planner's") {
@@ -223,8 +223,8 @@ TEST_CASE("the analytic model against the simulator on every allocation of a gri
   // the errors), so the model itself is measured on fixed allocations: DeepSeek-MoE-16B
   // 4K on 16 nodes and OLMoE-1B-7B 4K on 4, every power-of-two pair count, 2-4 A GPUs
   // per node, fusion on and off, ping-pong groups of p and 2p waves, kernel M2N
-  // (bench_plan_model --quick runs the same and more). Measured: mean |error| 0.072,
-  // 48 of 100 within 5% (0.078 and 40 with the ring's path priced as whole round trips,
+  // (bench_plan_model --quick runs the same and more). Measured: mean |error| 0.070,
+  // 50 of 100 within 5% (0.078 and 40 with the ring's path priced as whole round trips,
   // session 25); the model before the round trip's contention term and its smooth
   // maximum, 0.150 and 22, and 45% and 65% off on two of them.
   double sum = 0;
@@ -267,7 +267,7 @@ TEST_CASE("planner near the simulator where a pair holds many layers (the waves'
   // asymptotic bound alone was 14-39% optimistic on these allocations (mean 28%); with
   // each round trip stretched by the other waves met on the way, mean 18%; with the
   // ring's path following the ping-pong groups (the first forward and the last backward
-  // alone), mean 6.1%, at most 14.1% (session 27).
+  // alone), mean 2.7%, at most 6.2% (session 27).
   auto m = disagmoe::model_preset("deepseek-moe-16b");
   m.seq_len = 16384;
   const auto c = disagmoe::cluster_preset("h800x128");
@@ -289,13 +289,13 @@ TEST_CASE("planner near the simulator where a pair holds many layers (the waves'
         const double error = planned / simulated - 1;
         INFO(model.describe_allocation(x) << (kernels ? " kernels" : " rdma") << ": planner " << planned
                                           << " s, simulator " << simulated << " s");
-        CHECK(std::abs(error) < 0.15);
+        CHECK(std::abs(error) < 0.10);
         sum += std::abs(error);
         ++cases;
       }
     }
   }
-  CHECK(sum / cases < 0.08);
+  CHECK(sum / cases < 0.05);
 }
 
 TEST_CASE("the planner's F links carry the busiest F GPU's rows, as the simulator's do") {

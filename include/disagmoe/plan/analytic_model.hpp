@@ -74,8 +74,9 @@ struct StepEstimate {
   double attention_compute_seconds = 0;
   double ffn_compute_seconds = 0;
   int bottleneck_pair = 0;
-  /// The ring's trips (W/N × rounds × R, stretched by the waves sharing each resource)
-  /// outlast the busiest resource's time plus one fill and drain.
+  /// The ring's path (a wave's forward and backward round trips as the ping-pong groups
+  /// overlap them, stretched by the waves sharing each resource) outlasts the busiest
+  /// resource's time plus one fill and drain.
   bool ring_bound = false;
   Bottleneck bottleneck = Bottleneck::kAttention;
   FitReport memory;             ///< largest A and F worker
@@ -480,8 +481,11 @@ class AnalyticModel {
     for (int i = 0; i < p; ++i) {
       double ta = head_seconds(p, i), tf = 0, bytes_a = 0, bytes_f = 0;
       double params_a = edge_params(p, i), params_f = 0;
-      // The head (with the loss) starts the backward: on the backward path.
-      double ta_forward = 0, tf_forward = 0, ta_backward = head_seconds(p, i), tf_backward = 0;
+      // On a wave's path: the embedding's lookup before the first layer; the head's
+      // forward and input gradient (with the loss) where the backward starts, its p
+      // vocabulary shards side by side (1/p of it, once); weight gradients off it.
+      double ta_forward = i == 0 ? head_.embed_fwd : 0, tf_forward = 0, tf_backward = 0;
+      double ta_backward = i == (m_.layers - 1) % p ? (head_.head_fwd + head_.head_bwd) / p : 0;
       const bool ra = x.recompute.attention, rf = x.recompute.ffn;
       for (int l : groups[i]) {
         ta += attention_s_[x.recompute.attention][l];
@@ -553,31 +557,36 @@ class AnalyticModel {
       // demand D = ga/layers × (its per-micro-batch seconds).
       const double per_layer = double(ga) / q.layers, wire = std::max(q.la, q.lf);
       e.round_seconds += per_layer * (a + f + 2 * wire) + 2 * latency;
-      // The same per pass, a dispatch and a return each (weight gradients off the path).
+      // The same per pass: its compute, its bytes (a dispatch and a return) and one
+      // latency (as R, per pair), weight gradients off the path.
       forward_round += per_layer * (q.a_forward * sa + q.f_forward * sf + wire) + latency;
       backward_round += per_layer * (q.a_backward * sa + q.f_backward * sf + wire) + latency;
       contention += per_layer * mb * (a * a + f * f + 2 * wire * wire);
     }
     const double rounds = std::ceil(double(m_.layers) / p);
     e.waves = mb / ga;
-    // The ring's path: the W waves run in G = W / group ping-pong groups (af_group_size),
-    // each group's forward overlapping the previous group's backward (schedule/afpipe.hpp),
-    // so the first forward and the last backward run alone: a path of rounds × (R_f + R_b +
+    // The ring's path: the W waves run in G = ceil(W / group) ping-pong groups
+    // (af_group_size; a partial group's wave still makes the whole trip), each group's
+    // forward overlapping the previous group's backward (schedule/afpipe.hpp), so the
+    // first forward and the last backward run alone: a path of rounds × (R_f + R_b +
     // (G − 1) max(R_f, R_b)), R_f and R_b a wave's forward and backward round trips.
-    // (Pricing it as W / N trips of the whole round trip R, X <= N / (rounds R), Lazowska
-    // et al. 1984, "Quantitative System Performance", §5.2, erred with the trips: 5%
+    // Weight gradients are off a wave's path, but the backward stream runs them in order,
+    // so they load its resources: the bound and the stretch below count them. (Pricing
+    // the path as W / N trips of the whole round trip R, X <= N / (rounds R), Lazowska et
+    // al. 1984, "Quantitative System Performance", §5.2, erred with the trips: 5%
     // optimistic at one or two, 4% pessimistic at 32 or more; bench/RESULTS.md, session 27.)
-    // Every op on the path is stretched by the other waves it meets (approximate
-    // mean-value analysis, ibid. ch. 6): under processor sharing an op of demand D that
-    // finds the resource busy the share U = mb × (its seconds) / step of the step takes
-    // D (1 + U) on average, and of a pair's n = N / p waves in flight (N = af_in_flight)
-    // it can meet only the n − 1 others (Schweitzer's (n − 1) / n taken per pair: over the
-    // whole ring's N it agrees less with the simulator, bench/RESULTS.md). Over the W / N
-    // trips of `rounds` round trips, K / step in all; path + K / step = step has the root
-    // `ring`.
+    // The stretch is session 25's, kept as it was (approximate mean-value analysis, ibid.
+    // ch. 6): under processor sharing an op of demand D that finds the resource busy the
+    // share U = mb × (its seconds) / step of the step takes D (1 + U) on average, and of a
+    // pair's n = N / p waves in flight (N = af_in_flight) it can meet only the n − 1
+    // others (Schweitzer's (n − 1) / n taken per pair: over the whole ring's N it agrees
+    // less with the simulator, bench/RESULTS.md). Summed over the W / N trips of `rounds`
+    // whole round trips, K / step; path + K / step = step has the root `ring`.
     const double in_flight = attention_in_flight(x), per_pair = in_flight / p;
-    const double group = af_group_size(p, int(std::max(1.0, std::floor(e.waves))), o_.group_factor);
-    const double ping_pong_groups = std::max(1.0, e.waves / group);
+    const double whole_waves = std::max(1.0, std::floor(e.waves));
+    const double group = af_group_size(p, int(whole_waves), o_.group_factor);
+    // Whole groups, scaled by the fraction of a wave the planner's batch leaves over.
+    const double ping_pong_groups = std::max(1.0, std::ceil(whole_waves / group) * e.waves / whole_waves);
     const double path = rounds * (forward_round + backward_round +
                                   (ping_pong_groups - 1) * std::max(forward_round, backward_round));
     const double c = e.waves / in_flight * rounds,
