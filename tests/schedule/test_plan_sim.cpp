@@ -188,11 +188,11 @@ TEST_CASE("one memory model: every worker's state is the planner's, its peak wit
 TEST_CASE("planner within 11% of the simulator on its own allocation (kernel and RDMA M2N, many waves)") {
   // Within 11% everywhere and within 5% on 6 of these 10 (asserted: 5; 4 before the
   // ring's path followed the ping-pong groups, session 27): the search picks the
-  // allocations where its model errs most optimistically, e.g. 10.6% on one here. This grid is where the
-  // model before the round trip's contention term was tuned (8 of 10 within 5%); over
-  // 3144 fixed allocations (bench_plan_model) and the bench grid's plans the present one
-  // is closer (bench/RESULTS.md, sessions 25 and 27). disagmoe-plan's refinement prices
-  // plans by simulation.
+  // allocations where its model errs most optimistically, e.g. 10.6% on one here. This
+  // grid is where the model before the round trip's contention term was tuned (8 of 10
+  // within 5%); over 3144 fixed allocations (bench_plan_model) and the bench grid's plans
+  // the present one is closer (bench/RESULTS.md, sessions 25 and 27). disagmoe-plan's
+  // refinement prices plans by simulation.
   int within_5 = 0, cases = 0;
   for (bool kernels : {true, false}) {
     for (const Case& k : many_waves()) {
