@@ -2,7 +2,8 @@
 // The planner's analytic step time (AnalyticModel::estimate) against the simulator's
 // (simulate_plan, at the simulated rate over the plan's batch) on a broad set of
 // allocations, not only the ones the planner picks: every pair count that is a power of
-// two up to the layers, 2, 3 or 4 attention GPUs per node (the rest FFN), NICs 4 + 4,
+// two up to the layers, 2, 3 or 4 attention GPUs per node (the rest FFN), NICs 4 + 4
+// (--nic-splits: every split of a node's NICs, as the planner searches them),
 // fusion on and off, ping-pong groups of p and 2p waves, context parallelism 1, 2 and 4
 // (chunks of at least 4096 tokens), each with the first recomputation (none, F, A, both)
 // that fits. One row per allocation (tab-separated: model, seq_len, M2N, cluster, cp,
@@ -10,7 +11,7 @@
 // and 10% and the mean absolute error, per cluster and in all. The planner's choice is
 // where its model errs most optimistically (the search finds the errors), so this grid
 // measures the model itself; bench/plan/plan_grid.sh measures its choices.
-//   bench_plan_model [--quick]   (--quick: one model per cluster, 4K only)
+//   bench_plan_model [--quick] [--nic-splits]   (--quick: one model per cluster, 4K only)
 #include <disagmoe/plan/adaptive_allocator.hpp>
 #include <disagmoe/schedule/plan_oracle.hpp>
 #include <disagmoe/spec/presets.hpp>
@@ -58,8 +59,8 @@ bool fit_recompute(const plan::AnalyticModel& model, plan::Allocation& x) {
   return false;
 }
 
-void run(const std::string& model_name, int seq, const std::string& cluster_name, bool rdma, Tally& cluster,
-         Tally& all) {
+void run(const std::string& model_name, int seq, const std::string& cluster_name, bool rdma, bool nic_splits,
+         Tally& cluster, Tally& all) {
   ModelSpec m = model_preset(model_name);
   m.seq_len = seq;
   const ClusterSpec c = parse_cluster_name(cluster_name);
@@ -72,21 +73,25 @@ void run(const std::string& model_name, int seq, const std::string& cluster_name
       o.group_factor = group_factor;
       const plan::AnalyticModel model(m, c, o);
       const double batch_tokens = double(plan::global_batch_of(o, m)) * seq;
+      // A's NICs per node: the even split, or every split (--nic-splits).
+      const int first_nics = nic_splits ? 1 : c.nics_per_node / 2;
+      const int last_nics = nic_splits ? c.nics_per_node - 1 : first_nics;
       for (int p = 1; p <= m.layers; p *= 2) {
         for (int a : {2, 3, 4}) {
-          for (bool fuse : {true, false}) {
-            const int nics = c.nics_per_node / 2;
-            plan::Allocation x{p, a, c.gpus_per_node - a, nics, nics, {}, fuse, cp, group_factor};
-            if (!model.valid(x) || !fit_recompute(model, x)) continue;
-            const double analytic = model.estimate(x).step_seconds;
-            const schedule::Simulated s = schedule::simulate_plan(model, x);
-            const double simulated = schedule::batch_seconds(s, batch_tokens);
-            const double error = analytic / simulated - 1;
-            std::printf("%s\t%d\t%s\t%s\tcp=%d\tg=%dp\t%s\t%.4f\t%.4f\t%+.1f%%\n", model_name.c_str(), seq,
-                        rdma ? "rdma" : "kernel", cluster_name.c_str(), cp, group_factor,
-                        model.describe_allocation(x).c_str(), analytic, simulated, 100 * error);
-            cluster.add(error);
-            all.add(error);
+          for (int na = first_nics; na <= last_nics; ++na) {
+            for (bool fuse : {true, false}) {
+              plan::Allocation x{p, a, c.gpus_per_node - a, na, c.nics_per_node - na, {}, fuse, cp, group_factor};
+              if (!model.valid(x) || !fit_recompute(model, x)) continue;
+              const double analytic = model.estimate(x).step_seconds;
+              const schedule::Simulated s = schedule::simulate_plan(model, x);
+              const double simulated = schedule::batch_seconds(s, batch_tokens);
+              const double error = analytic / simulated - 1;
+              std::printf("%s\t%d\t%s\t%s\tcp=%d\tg=%dp\t%s\t%.4f\t%.4f\t%+.1f%%\n", model_name.c_str(), seq,
+                          rdma ? "rdma" : "kernel", cluster_name.c_str(), cp, group_factor,
+                          model.describe_allocation(x).c_str(), analytic, simulated, 100 * error);
+              cluster.add(error);
+              all.add(error);
+            }
           }
         }
       }
@@ -96,16 +101,21 @@ void run(const std::string& model_name, int seq, const std::string& cluster_name
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench::expect_usage(argc, argv, 1,
-                      "usage: bench_plan_model [--quick]\n"
+  bench::expect_usage(argc, argv, 2,
+                      "usage: bench_plan_model [--quick] [--nic-splits]\n"
                       "The planner's analytic step time against the simulator's on a broad grid of\n"
                       "allocations (DeepSeek-MoE-16B, GPT-OSS-120B, Mixtral-8x7B, Qwen3-235B-A22B on 16\n"
                       "nodes at 4K-32K; DeepSeek-MoE-16B, OLMoE-1B-7B, Qwen3-30B-A3B, GPT-OSS-120B on 4\n"
                       "nodes at 4K-16K; kernel and RDMA M2N): one row per allocation, then a summary.\n"
-                      "  --quick  one model per cluster at 4K\n");
-  const bool quick = argc > 1;
-  if (quick && std::strcmp(argv[1], "--quick") != 0)
-    bench::bad_argument(argv[0], "argument 1", argv[1], "--quick or nothing");
+                      "  --quick       one model per cluster at 4K\n"
+                      "  --nic-splits  every split of a node's NICs between the sides (default 4 + 4)\n");
+  bool quick = false, nic_splits = false;
+  for (int i = 1; i < argc; ++i) {
+    bool& flag = std::strcmp(argv[i], "--quick") == 0 ? quick : nic_splits;
+    if ((&flag == &nic_splits && std::strcmp(argv[i], "--nic-splits") != 0) || flag)
+      bench::bad_argument(argv[0], "argument " + std::to_string(i), argv[i], "--quick or --nic-splits, each once");
+    flag = true;
+  }
   struct Setting {
     std::string cluster;
     std::vector<std::string> models;
@@ -125,7 +135,7 @@ int main(int argc, char** argv) {
   for (bool rdma : {false, true})
     for (const Setting& s : settings)
       for (const std::string& model : s.models)
-        for (int seq : s.lengths) run(model, seq, s.cluster, rdma, per_cluster[s.cluster], all);
+        for (int seq : s.lengths) run(model, seq, s.cluster, rdma, nic_splits, per_cluster[s.cluster], all);
   for (const auto& [name, t] : per_cluster) t.print(name);
   all.print("all");
 }

@@ -533,13 +533,18 @@ class AnalyticModel {
                        tf_forward, ta_backward / ga, tf_backward});
     }
     e.bound_seconds = busy;
-    // Compute slowed by the SMs the M2N kernels hold, over the untaxed period `busy`
-    // (a one-step fixed point: the taxed period is at most 1/(1 − sm) longer).
+    // Compute slowed by the SMs the M2N kernels hold, over the untaxed period: the
+    // busiest resource with the bytes where they go (not `busy`, the MILP's all-NIC
+    // objective, which with a node's NICs mostly on one side stretches the period by
+    // bytes that cross NVLink and hides the tax). A one-step fixed point: the taxed
+    // period is at most 1/(1 − sm) longer.
+    double period = 0;
+    for (const PairTimes& q : pairs) period = std::max({period, q.a, q.f, q.la_ar, q.lf_ar});
     double taxed = 0, contention = 0, forward_round = 0, backward_round = 0;
     for (std::size_t i = 0; i < pairs.size(); ++i) {
       const PairTimes& q = pairs[i];
       const double link = kCommOverlap * std::max(q.la, q.lf);
-      const double sa = comm_sm_slowdown(sm, link, busy), sf = comm_sm_slowdown(sm, link, busy);
+      const double sa = comm_sm_slowdown(sm, link, period), sf = comm_sm_slowdown(sm, link, period);
       const double a = q.a * sa, f = q.f * sf;
       const double pair_busy = std::max({a, f, q.la_ar, q.lf_ar});
       if (pair_busy > taxed) {
