@@ -57,9 +57,9 @@ struct PlanOptions {
   bool embedding_head = false;
   /// Let nodes split unlike each other (Allocation::mixed_nodes), so that the A:F ratio
   /// can sit between two integer splits per node. Off by default: they need context
-  /// parallelism off, and over 48 bench settings the analytic plan with them simulates
-  /// 1.005-1.039x faster on two and 0.923x on one, where the model's error across
-  /// context-parallel degrees exceeds the gain (bench_mixed_splits, bench/RESULTS.md).
+  /// parallelism off, no plan of 48 bench settings (bench_mixed_splits) or of the 30 of
+  /// the bench grid (plan_grid.sh --mixed-splits) ends mixed, and they lengthen planning
+  /// 1.37x on that grid (bench/RESULTS.md, sessions 26 and 28).
   bool mixed_splits = false;
 };
 
