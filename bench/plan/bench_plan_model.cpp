@@ -3,7 +3,7 @@
 // (simulate_plan, at the simulated rate over the plan's batch) on a broad set of
 // allocations, not only the ones the planner picks: every pair count that is a power of
 // two up to the layers, 2, 3 or 4 attention GPUs per node (the rest FFN), NICs 4 + 4
-// (--nic-splits: every split of a node's NICs, as the planner searches them),
+// (--nic-splits: every full split, 1 to K - 1 of a node's K NICs to the A side),
 // fusion on and off, ping-pong groups of p and 2p waves, context parallelism 1, 2 and 4
 // (chunks of at least 4096 tokens), each with the first recomputation (none, F, A, both)
 // that fits. One row per allocation (tab-separated: model, seq_len, M2N, cluster, cp,
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
                       "nodes at 4K-32K; DeepSeek-MoE-16B, OLMoE-1B-7B, Qwen3-30B-A3B, GPT-OSS-120B on 4\n"
                       "nodes at 4K-16K; kernel and RDMA M2N): one row per allocation, then a summary.\n"
                       "  --quick       one model per cluster at 4K\n"
-                      "  --nic-splits  every split of a node's NICs between the sides (default 4 + 4)\n");
+                      "  --nic-splits  every full split of a node's K NICs (A: 1 to K - 1; default K/2)\n");
   bool quick = false, nic_splits = false;
   for (int i = 1; i < argc; ++i) {
     bool& flag = std::strcmp(argv[i], "--quick") == 0 ? quick : nic_splits;
