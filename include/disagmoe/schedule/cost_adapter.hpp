@@ -43,8 +43,8 @@ struct CostOptions {
   /// baselines on their first and last stage (as Megatron places them), AF-Pipe its
   /// embedding on the first A group and its head vocabulary-parallel over all p of them
   /// (schedule/afpipe.hpp), which the planner prices (plan::PlanOptions::embedding_head).
-  /// Off by default, as in the planner; off, MFU still counts the head's FLOPs without
-  /// simulating them.
+  /// Off by default, as in the planner; off, MFU counts neither their time nor their
+  /// FLOPs (it stays the FLOP rate of what is simulated).
   bool embedding_head = false;
   /// Context parallelism of the attention (data-parallel) GPUs: each micro-batch's
   /// sequences split over this many GPUs of one node, exchanging keys and values in a
@@ -219,10 +219,10 @@ struct FfnShare {
       : experts((m.experts + g - 1) / g), compute(plan::ffn_busiest_share(m, g)), rows(plan::ffn_busiest_rows(m, g, dedup)) {}
 };
 
-// The FLOPs MFU counts per GPU micro-batch: every layer and the output head (run as
-// ops with CostOptions::embedding_head; the embedding lookup has no FLOPs).
-inline double model_flops_per_sequence_batch(const ModelSpec& m) {
-  return plan::model_layer_flops(m).total() + plan::head_flops(m).total();
+// The FLOPs MFU counts per GPU micro-batch: every layer, and the output head where it
+// runs as ops (CostOptions::embedding_head; the embedding lookup has no FLOPs).
+inline double model_flops_per_sequence_batch(const ModelSpec& m, bool head) {
+  return plan::model_layer_flops(m).total() + (head ? plan::head_flops(m).total() : 0);
 }
 
 // The embedding and the output head of one micro-batch on one GPU, whole
@@ -322,7 +322,7 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
   }
   if (o.embedding_head) p.embedding_head = detail::embedding_head_cost(m, c, o, cp);
   p.tokens_per_micro_batch = t * g / cp;
-  p.flops_per_micro_batch = detail::model_flops_per_sequence_batch(m) * g / cp;
+  p.flops_per_micro_batch = detail::model_flops_per_sequence_batch(m, o.embedding_head) * g / cp;
   return p;
 }
 
@@ -461,7 +461,7 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
   }
   if (o.embedding_head) p.embedding_head = detail::embedding_head_cost(m, c, o, cp);
   p.tokens_per_micro_batch = t * ga / cp;
-  p.flops_per_micro_batch = detail::model_flops_per_sequence_batch(m) * ga / cp;
+  p.flops_per_micro_batch = detail::model_flops_per_sequence_batch(m, o.embedding_head) * ga / cp;
   return p;
 }
 
