@@ -57,9 +57,9 @@ struct PlanOptions {
   bool embedding_head = false;
   /// Let nodes split unlike each other (Allocation::mixed_nodes), so that the A:F ratio
   /// can sit between two integer splits per node. Off by default: they need context
-  /// parallelism off, of 48 bench settings (bench_mixed_splits) the one analytic plan
-  /// that mixes simulates 0.980x, no refined plan of the bench grid's 30 ends mixed
-  /// (plan_grid.sh --mixed-splits), and they lengthen planning 1.37x on that grid
+  /// parallelism off; of 48 bench settings (bench_mixed_splits) the one analytic plan
+  /// that mixes simulates 0.980x; no refined plan of the bench grid's 30 ends mixed
+  /// (plan_grid.sh --mixed-splits); and they lengthen planning 1.37x on that grid
   /// (bench/RESULTS.md, sessions 26 and 28).
   bool mixed_splits = false;
 };
