@@ -20,9 +20,9 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -111,10 +111,11 @@ int main(int argc, char** argv) {
                       "  --nic-splits  every full split of a node's K NICs (A: 1 to K - 1; default K/2)\n");
   bool quick = false, nic_splits = false;
   for (int i = 1; i < argc; ++i) {
-    bool& flag = std::strcmp(argv[i], "--quick") == 0 ? quick : nic_splits;
-    if ((&flag == &nic_splits && std::strcmp(argv[i], "--nic-splits") != 0) || flag)
-      bench::bad_argument(argv[0], "argument " + std::to_string(i), argv[i], "--quick or --nic-splits, each once");
-    flag = true;
+    const std::string_view arg = argv[i];
+    bool* flag = arg == "--quick" ? &quick : arg == "--nic-splits" ? &nic_splits : nullptr;
+    if (flag == nullptr || *flag)
+      bench::bad_argument(argv[0], "argument " + std::to_string(i), arg, "--quick or --nic-splits, each once");
+    *flag = true;
   }
   struct Setting {
     std::string cluster;
