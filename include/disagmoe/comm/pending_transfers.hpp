@@ -73,7 +73,9 @@ class PendingTransfers {
         }
       }
     } catch (...) {
-      cancel(i + 1);
+      // The request that threw may still be posted (a bad header can arrive before its
+      // payload): it is withdrawn too, or its buffer would be written after release.
+      cancel(i);
       throw;
     }
     pending_.clear();

@@ -49,7 +49,9 @@ inline constexpr bool enable_transport = requires {
 ///  - `test(req)` polls; `wait(req, deadline)` blocks until completion (true) or until
 ///    `deadline` passes (false; the request is still pending). A completed request is
 ///    consumed: testing or waiting on it again is a precondition violation.
-///  - `cancel(req)` withdraws a pending request and releases its buffer.
+///  - `cancel(req)` withdraws a pending request and releases its buffer; on an empty or
+///    consumed request it does nothing. A request whose `test` or `wait` threw may still
+///    be pending: cancel it before its buffer goes.
 ///  - `split(members)` is collective over the group (every rank calls it, in the same
 ///    order, with the same list of group ranks); it returns the sub-group transport in
 ///    which `members[i]` has rank `i`, or `std::nullopt` on ranks not in `members`.
