@@ -277,12 +277,10 @@ inline schedule::Problem schedule_problem(const ModelSpec& spec, const Disaggreg
     lc.hidden_bytes = ta * d * e;
     // Stage alignment: direct messages carry the residual with the dispatch (and dL/dy
     // with the return). The channel's hand-off sends it beside, from A_l to A_{l+1} on
-    // the same egress NIC, with the routing (ids and gates) that A_{l+1} combines by; one
-    // pair keeps both local (A_{l+1} = A_l).
-    if (!colocated && c.moe && l + 1 < spec.layers && o.policy.fuse_combine_dispatch) {
-      if (!uses_channel(o)) lc.dispatch_bytes += ta * d * e;
-      else if (pairs > 1) lc.dispatch_bytes += ta * (d * e + slots * 8.0);
-    }
+    // the same egress NIC, with the routing (ids and gates) that A_{l+1} combines by. One
+    // pair keeps both local (A_{l+1} = A_l), either way.
+    if (!colocated && c.moe && l + 1 < spec.layers && o.policy.fuse_combine_dispatch && pairs > 1)
+      lc.dispatch_bytes += uses_channel(o) ? ta * (d * e + slots * 8.0) : ta * d * e;
     pb.flops_per_micro_batch += c.total().total();
     pb.layers.push_back(lc);
   }

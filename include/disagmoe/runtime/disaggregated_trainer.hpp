@@ -24,10 +24,11 @@
 /// micro-batch, d wide):
 ///  - M2N dispatch A_l -> F_l: normed tokens [T, d], top-k ids and gates [T, k];
 ///    with stage alignment also the residual [T, d], which F_l adds to the expert output
-///    so that F_l -> A_{l+1} (fused combine + dispatch) carries the next layer's input;
+///    so that F_l -> A_{l+1} (fused combine + dispatch) carries the next layer's input
+///    (with one pair A_{l+1} = A_l keeps the residual: the fused transfer is a return);
 ///  - N2M return F_l -> A_l: the combined expert output [T, d] (A_l adds the residual);
 ///  - backward: dL/dy [T, d] towards F_l; dL/dx [T, d] and dL/dgate [T, k] back to A_l
-///    (with stage alignment also dL/dy, which A_l needs for the residual branch);
+///    (with stage alignment and p > 1 also dL/dy, which A_l needs for the residual branch);
 ///  - residual-stream hand-offs between attention workers where the schedule has them.
 /// Channel exchange: `comm::M2NChannel` per (MoE layer, micro-batch) between the M ranks
 /// of A_i (each a share of the micro-batch) and the N ranks of F_i (experts by
@@ -413,8 +414,11 @@ class DisaggregatedTrainer {
   bool last(int l) const { return l + 1 == spec_.layers; }
   /// Stage alignment on MoE layer l: F_l sends the next layer's input to A_{l+1}.
   bool fused(int l) const { return !ranks_.colocated && moe(l) && !last(l) && options_.policy.fuse_combine_dispatch; }
-  /// Channel exchange: fused layer l whose next layer runs on another attention worker.
-  bool handed_off(int l) const { return channel_ && fused(l) && attention_worker(l + 1) != attention_worker(l); }
+  /// Fused layer l whose next layer runs on another attention worker: the residual (and
+  /// backward dL/dy) travels, through F_l (direct) or beside the channel (its hand-off).
+  /// With one pair A_{l+1} = A_l keeps both, and the fused transfer is a plain return.
+  bool residual_travels(int l) const { return fused(l) && attention_worker(l + 1) != attention_worker(l); }
+  bool handed_off(int l) const { return channel_ && residual_travels(l); }
   Cell& cell(int mb, int l) { return cells_[static_cast<std::size_t>(mb) * static_cast<std::size_t>(spec_.layers) + static_cast<std::size_t>(l)]; }
 
   template <class F>
@@ -580,8 +584,8 @@ class DisaggregatedTrainer {
     c.dy = c.d_tokens = c.d_gates = Matrix();
     if (l == 0) return attention_->embed_backward(j, dh);
     // dh is dL/d(output of layer l-1): travels with the fused backward dispatch, by a
-    // hand-off, or stays here.
-    if (!fused(l - 1) && attention_worker(l - 1) == worker_) cell(j, l - 1).dy = std::move(dh);
+    // hand-off, or stays here (where the fused backward dispatch sends it from).
+    if (attention_worker(l - 1) == worker_ && !residual_travels(l - 1)) cell(j, l - 1).dy = std::move(dh);
     else c.dh = std::move(dh);
   }
 
@@ -597,7 +601,7 @@ class DisaggregatedTrainer {
     expert_rows_ += rows.rows();
     experts_->forward(l, j, c.dispatch->offsets, rows, c.expert_out);
     combine_outputs(*c.dispatch, c.expert_out, c.gates, c.y);
-    if (fused(l)) {  // the next layer's input, as colocated: residual + y
+    if (residual_travels(l)) {  // the next layer's input, as colocated: residual + y
       c.y = c.residual + c.y;
       c.residual = Matrix();
     }
@@ -648,11 +652,11 @@ class DisaggregatedTrainer {
                       c.topk.size(), "tokens x top_k (" + std::to_string(tk) + ")");
           std::vector<std::pair<void*, std::size_t>> s{m(c.tokens, td), {c.topk.data(), tk * sizeof(int)},
                                                       m(c.gates, tk * sizeof(T))};
-          if (fused(l)) s.push_back(m(c.residual, td));
+          if (residual_travels(l)) s.push_back(m(c.residual, td));
           return s;
         }
         case K::kReturn: return {m(c.y, td)};
-        case K::kCombineDispatch: return {m(receiving ? cell(j, l + 1).h : c.y, td)};
+        case K::kCombineDispatch: return {m(receiving && residual_travels(l) ? cell(j, l + 1).h : c.y, td)};
         default: break;
       }
     } else {
@@ -660,10 +664,10 @@ class DisaggregatedTrainer {
         case K::kSend:  // A_{l+1} -> A_l: dL/d(output of layer l)
           return {m(receiving ? c.dy : cell(j, l + 1).dh, td)};
         case K::kDispatch: return {m(c.dy, td)};  // A_l -> F_l (A_l holds dy of layer l)
-        case K::kCombineDispatch: return {m(receiving ? c.dy : cell(j, l + 1).dh, td)};
+        case K::kCombineDispatch: return {m(receiving || !residual_travels(l) ? c.dy : cell(j, l + 1).dh, td)};
         case K::kReturn: {
           std::vector<std::pair<void*, std::size_t>> s{m(c.d_tokens, td), m(c.d_gates, tk * sizeof(T))};
-          if (fused(l)) s.push_back(m(c.dy, td));
+          if (residual_travels(l)) s.push_back(m(c.dy, td));
           return s;
         }
         default: break;
@@ -707,7 +711,7 @@ class DisaggregatedTrainer {
     if (o.kind == schedule::OpKind::kSend) c.next = Matrix();
     if (o.kind == schedule::OpKind::kDispatch) {
       c.tokens = Matrix();
-      if (fused(o.layer)) c.residual = Matrix();
+      if (residual_travels(o.layer)) c.residual = Matrix();
     }
     if (o.kind == schedule::OpKind::kCombineDispatch || o.kind == schedule::OpKind::kReturn) c.y = Matrix();
   }
@@ -721,7 +725,9 @@ class DisaggregatedTrainer {
     }
     wire_.erase(id);
     const schedule::Op& o = schedule_.ops[static_cast<std::size_t>(id)];
-    if (!o.backward && o.kind == schedule::OpKind::kReturn) {  // A_l: the layer's output
+    const bool plain_return = o.kind == schedule::OpKind::kReturn ||
+                              (o.kind == schedule::OpKind::kCombineDispatch && !residual_travels(o.layer));
+    if (!o.backward && plain_return) {  // A_l: the layer's output
       Cell& c = cell(o.micro_batch, o.layer);
       const Matrix next = c.residual + c.y;  // as colocated: residual + y
       c.residual = c.y = Matrix();
@@ -834,15 +840,11 @@ class DisaggregatedTrainer {
       case Phase::kGradDispatch:  // dL/dy towards the experts
         if (!send) return ch.try_receive_grad();
         if (last(l)) (void)head_gradient(j);
-        if (fused(l)) {  // on A_{l+1}: dL/dy of layer l is layer l+1's input gradient
+        if (handed_off(l)) {  // on A_{l+1}: dL/dy of layer l is layer l+1's input gradient
           Matrix& dh = cell(j, l + 1).dh;
-          if (!handed_off(l)) {
-            c.dy = std::move(dh);  // one pair: A_l is here
-          } else {
-            ch.backward_dispatch({dh.data(), tokens_ * h});
-            send_beside(combine_dispatch_op(j, l, true), attention_worker(l), dh);  // A_l's residual branch
-            return true;
-          }
+          ch.backward_dispatch({dh.data(), tokens_ * h});
+          send_beside(combine_dispatch_op(j, l, true), attention_worker(l), dh);  // A_l's residual branch
+          return true;
         }
         ch.backward_dispatch({c.dy.data(), tokens_ * h});
         return true;
