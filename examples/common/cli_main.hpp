@@ -16,6 +16,7 @@
 #include <exception>
 #include <iostream>
 #include <new>
+#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -162,7 +163,13 @@ inline std::string parse_error_text(const CLI::App& app, const CLI::ParseError& 
 inline int report_exception(const std::string& name) {
   // One write per line: the ranks of an MPI job share stderr, and std::cerr (unbuffered)
   // writes each << apart, so that piecewise lines interleaved mid-way.
-  const auto say = [](const std::string& line) { std::cerr << line << std::flush; };
+  // Control bytes of a message (a path or a model name with a newline or an escape
+  // sequence in it) are written as \xNN: one line, and nothing for the terminal to run.
+  const auto say = [](const std::string& line) {
+    std::ostringstream os;
+    disagmoe::detail::write_text(os, std::string_view(line).substr(0, line.size() - 1));
+    std::cerr << os.str() + "\n" << std::flush;
+  };
   const std::string bug = " (a bug: please report it with the command line)\n";
   try {
     throw;
@@ -203,21 +210,27 @@ int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
         std::cerr << app.get_name() << ": error: argument " << i << " = \"\": expected a non-empty argument (see --help)\n";
         return kExitBadInput;
       }
+    const bool cout_was_good = std::cout.good();
+    // --help and --version print on stdout: a failed write is an error there too.
+    const auto printed = [&](const CLI::Error& e) {
+      const int rc = app.exit(e);
+      detail::expect_output_written(cout_was_good);
+      return rc;
+    };
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
-      return app.exit(e);
+      return printed(e);
     } catch (const CLI::CallForAllHelp& e) {
-      return app.exit(e);
+      return printed(e);
     } catch (const CLI::CallForVersion& e) {
-      return app.exit(e);
+      return printed(e);
     } catch (const CLI::ParseError& e) {  // one line, as for every other bad input
       std::cerr << app.get_name() + ": error: " + detail::parse_error_text(app, e) + " (see --help)\n";
       return kExitBadInput;
     }
     detail::expect_finite_options(app);
     detail::expect_representable_integers(app);
-    const bool cout_was_good = std::cout.good();
     const int rc = body();
     detail::expect_output_written(cout_was_good);
     return rc;

@@ -736,7 +736,9 @@ int main(int argc, char** argv) {
   return disagmoe::cli::run_main(app, argc, argv, [&] {
     disagmoe::expect_in("--threads", a.threads, 1, 1024);
     disagmoe::expect(a.val_every >= 1, "--val-every", a.val_every, "a positive integer");
-    disagmoe::expect(a.sample >= 0, "--sample", a.sample, "an integer >= 0");
+    // Each sampled byte runs the model once (about 10 ms for the tiny model on one core).
+    disagmoe::expect(a.sample >= 0 && a.sample <= 65536, "--sample", a.sample,
+                     "bytes in [0, 65536] (each one runs the model once)");
     // Options of one schedule or placement are errors with the others (not ignored).
     using disagmoe::cli::expect_applies;
     const std::string& s = a.d.schedule;

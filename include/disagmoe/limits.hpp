@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -151,6 +152,16 @@ inline void expect_decompressed(std::string_view field, std::string_view file, s
     fail<IoError>(field, file, "a gzip file that decompresses at most " +
                                    std::to_string(static_cast<int>(l.max_compression_ratio)) +
                                    "x (this one inflates further: a gzip bomb?)");
+}
+
+/// IoError naming `field` and the path when `path` exists but is not a regular file: a
+/// directory, FIFO or device (such as /dev/zero) would fail late, block or never end, so
+/// readers check here before they open. A missing file is left to the opener's message.
+inline void expect_regular_file(std::string_view field, const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    fail<IoError>(field, path.string(), "a regular file");
 }
 
 }  // namespace disagmoe

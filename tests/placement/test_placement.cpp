@@ -10,6 +10,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+
 #include <set>
 
 using namespace disagmoe::placement;
@@ -236,6 +239,32 @@ TEST_CASE("MILP formulation agrees with the exact DP on tiny instances") {
   const auto big = make_trace(1, 100, 2, 64, 2, 2, 0.5, 0.5, 0);
   CHECK_THROWS_WITH_AS(milp_placement(CouplingWeights::from(CouplingStats::of(big), 1.0), Topology{8, 8}, 1.0),
                        doctest::Contains("use the correlated heuristic"), disagmoe::ConfigError);
+}
+
+TEST_CASE("the exact MILP's limits and load tolerance are the caller's settings, named when nothing is found") {
+  const auto tr = make_trace(3, 200, 2, 4, 2, 2, 0.6, 0.6, 0.5);
+  const auto w = CouplingWeights::from(CouplingStats::of(tr), 0.8);
+  disagmoe::milp::Options stop_at_once;
+  stop_at_once.time_limit = 0;
+  CHECK_THROWS_WITH_AS(milp_placement(w, Topology{2, 2}, 0.5, std::numeric_limits<double>::infinity(), stop_at_once),
+                       doctest::Contains("exact placement time limit = 0: expected enough seconds"),
+                       disagmoe::ConfigError);
+  // Brute force: a layer whose 4 expert loads split into no two pairs of equal load has no
+  // placement within tolerance 0 on 2 GPUs.
+  const double too_tight = 0;
+  bool some_layer_unsplittable = false;
+  for (int l = 0; l < w.layers; ++l) {
+    const auto load = [&](int e) { return w.load[static_cast<std::size_t>(l * w.experts + e)]; };
+    const double total = load(0) + load(1) + load(2) + load(3);
+    bool splits = false;
+    for (int partner = 1; partner < 4; ++partner)  // expert 0's GPU-mate
+      splits = splits || std::abs(load(0) + load(partner) - total / 2) <= 1e-9 * total;
+    some_layer_unsplittable = some_layer_unsplittable || !splits;
+  }
+  REQUIRE(some_layer_unsplittable);
+  CHECK_THROWS_WITH_AS(milp_placement(w, Topology{2, 2}, 0.5, too_tight),
+                       doctest::Contains("load tolerance = 0: expected a tolerance that some placement of 2 experts"),
+                       disagmoe::ConfigError);
 }
 
 TEST_CASE("correlated placement recovers >= 95% of the planted placement's rows removed, dense and sparse") {

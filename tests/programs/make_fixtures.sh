@@ -61,3 +61,7 @@ printf '\x93NUMPY\x01\x00\x76\x00{'"'"'descr'"'"': '"'"'<i4'"'"', '"'"'fortran_o
 printf '%*s\n' $((127 - $(wc -c <"$d/huge_shape.npy"))) '' >>"$d/huge_shape.npy"
 printf '\x93NUMPY\x01\x00\x76\x00{'"'"'descr'"'"': '"'"'<i4'"'"', '"'"'fortran_order'"'"': False, '"'"'shape'"'"': (0, 2, 2), }' >"$d/empty_trace.npy"
 printf '%*s\n' $((127 - $(wc -c <"$d/empty_trace.npy"))) '' >>"$d/empty_trace.npy"
+# A FIFO blocks a reader that opens it: every file input must refuse it first.
+mkfifo "$d/fifo" "$d/fifo.npy"
+# A model name with an escape sequence and a newline: errors print it as \xNN, one line.
+printf '{"preset": "olmoe-1b-7b", "name": "a\\u001b[2Jb\\nc"}' >"$d/name_ctrl.json"

@@ -41,7 +41,13 @@ TEST_CASE("verdict: speedup over the runner-up and the largest term of the gap, 
   CHECK(r.speedup == doctest::Approx(1.5));
   CHECK(r.cause == "balance");
   CHECK(r.reason.find("1.50x faster than dualpipe") != std::string::npos);
-  CHECK(r.reason.find("of the 500 ms gap 300 ms is waiting") != std::string::npos);
+  CHECK(r.reason.find("of the 500 ms gap, 300 ms more waiting on peers' compute") != std::string::npos);
+  CHECK(r.reason.find("100 ms more waiting on transfers (network) and 100 ms more compute") != std::string::npos);
+  // A runner-up faster at some terms: those are "less", never a negative time.
+  auto mixed = ds::verdict(entry("a", 0.6, 0.3, 0.1), entry("b", 0.5, 0.2, 0.6), 72e9);
+  CHECK(mixed.reason.find("of the 300 ms gap, 500 ms more waiting on peers' compute") != std::string::npos);
+  CHECK(mixed.reason.find("100 ms less waiting on transfers (network) and 100 ms less compute") != std::string::npos);
+  CHECK(mixed.reason.find('-') == std::string::npos);
   // The same gap made of waiting on transfers, then of compute.
   CHECK(ds::verdict(entry("a", 0.6, 0.1, 0.3), entry("b", 0.7, 0.4, 0.4), 72e9).cause == "network");
   CHECK(ds::verdict(entry("a", 0.6, 0.1, 0.3), entry("b", 0.9, 0.2, 0.4), 72e9).cause == "compute");

@@ -488,7 +488,7 @@ inline std::string read_text_file(const std::string& path) {
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(st)) fail<IoError>("file", path, "a readable file (it does not exist)");
-  if (!std::filesystem::is_regular_file(st)) fail<IoError>("file", path, "a regular file");
+  expect_regular_file("file", path);
 #if DISAGMOE_HAS_ZLIB()
   const auto compressed = static_cast<std::int64_t>(std::filesystem::file_size(path, ec));
   gzFile f = gzopen(path.c_str(), "rb");

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/limits.hpp>
 #include <disagmoe/milp/problem.hpp>
 
 #include <cmath>
@@ -125,8 +126,10 @@ inline std::vector<double> parse_solution(const Problem& p, const std::string& t
   return x;
 }
 
-/// Reads a solution file (see parse_solution). Throws IoError when it cannot be read.
+/// Reads a solution file (see parse_solution). Throws IoError when it is not a regular
+/// file or cannot be read.
 inline std::vector<double> read_solution_file(const Problem& p, const std::string& path) {
+  expect_regular_file("solution file", path);
   std::ifstream f(path);
   if (!f) fail<IoError>("solution file", path, "a readable file");
   std::ostringstream ss;

@@ -45,8 +45,9 @@ struct MilpPlacement {
 
 /// Builds and solves the MILP (`options.time_limit` bounds the search; a non-optimal
 /// status comes back with the solver's bound and gap). Throws ConfigError when the
-/// model would exceed kMilpMaxBinaries / kMilpMaxVars, SolverError when the solver
-/// finds no placement (naming the status).
+/// model would exceed kMilpMaxBinaries / kMilpMaxVars, or when no placement was found
+/// within the time or node limit or meets `load_tolerance`; SolverError when the solver
+/// finds none otherwise (naming the status).
 inline MilpPlacement milp_placement(const CouplingWeights& w, Topology topo, double node_weight,
                                     double load_tolerance = std::numeric_limits<double>::infinity(),
                                     milp::Options options = {}) {
@@ -130,7 +131,21 @@ inline MilpPlacement milp_placement(const CouplingWeights& w, Topology topo, dou
         if (l + 1 < L && w.trans_row(l, a)[b] > 0) link(l, a, l + 1, b, w.trans_row(l, a)[b]);
       }
   const milp::Result r = milp::solve(p, options);
-  if (r.solution.empty()) fail<SolverError>("exact placement MILP status", std::string(milp::to_string(r.status)), "a feasible placement");
+  if (r.solution.empty()) {
+    // A limit that ends the search before its first placement, or a load tolerance no
+    // placement meets, is the caller's setting; anything else is the solver's fault.
+    if (r.status == milp::Status::kTimeLimit)
+      fail("exact placement time limit", options.time_limit,
+           "enough seconds for the MILP to find a first placement (it found none: raise it, or use the correlated "
+           "heuristic)");
+    if (r.status == milp::Status::kNodeLimit)
+      fail("exact placement node limit", options.node_limit,
+           "enough nodes for the MILP to find a first placement (it found none)");
+    if (r.status == milp::Status::kInfeasible && std::isfinite(load_tolerance))
+      fail("load tolerance", load_tolerance,
+           "a tolerance that some placement of " + std::to_string(E / G) + " experts per GPU meets (none does)");
+    fail<SolverError>("exact placement MILP status", std::string(milp::to_string(r.status)), "a feasible placement");
+  }
   std::vector<std::int32_t> map(static_cast<std::size_t>(L) * static_cast<std::size_t>(E), 0);
   for (int l = 0; l < L; ++l)
     for (int e = 0; e < E; ++e)

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/limits.hpp>
 #include <disagmoe/placement/npy.hpp>
 
 #include <algorithm>
@@ -234,10 +235,8 @@ class TraceReader {
 
  private:
   static std::unique_ptr<std::ifstream> open(const std::string& path) {
-    // A directory opens as a stream that fails on the first read: say what it is.
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec))
-      throw IoError(detail::npy_where(path) + ": is a directory, expected a regular .npy file");
+    // A directory fails on the first read, a FIFO blocks, a device never ends.
+    expect_regular_file("trace file", path);
     auto f = std::make_unique<std::ifstream>(path, std::ios::binary);
     if (!*f) throw IoError(detail::npy_where(path) + ": cannot be opened for reading");
     return f;

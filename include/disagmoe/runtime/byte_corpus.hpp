@@ -128,7 +128,7 @@ inline std::vector<std::uint8_t> read_corpus(const std::filesystem::path& path,
   const fs::file_status st = fs::status(path, ec);
   if (st.type() == fs::file_type::not_found) throw IoError(detail::missing_corpus_message(path));
   if (ec) fail<IoError>("corpus", name, "an accessible file (" + ec.message() + ")");
-  if (!fs::is_regular_file(st)) fail<IoError>("corpus", name, "a regular file");
+  expect_regular_file("corpus", path);
   const std::uintmax_t size = fs::file_size(path, ec);
   if (ec) fail<IoError>("corpus", name, "a readable file (" + ec.message() + ")");
   if (size > max_bytes)

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <disagmoe/error.hpp>
+#include <disagmoe/limits.hpp>
 
 #include <algorithm>
 #include <array>
@@ -95,8 +96,9 @@ inline void read_exact(std::istream& in, void* dst, std::uint64_t n, std::string
   }
 }
 
-/// Opens `path` for binary reading or throws IoError naming it.
+/// Opens the regular file `path` for binary reading or throws IoError naming it.
 inline std::ifstream open_for_reading(const std::filesystem::path& path) {
+  expect_regular_file("file", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) file_fail(path.string(), "open", Verbatim{"failed"}, "an existing, readable file");
   return in;

@@ -279,7 +279,8 @@ std::vector<MeasuredOp> run_streams(const schedule::Schedule& schedule, const sc
 /// The TimeoutError of a worker on which nothing completed for `options.timeout`.
 [[noreturn]] inline void no_progress(const ExecutorOptions& options) {
   throw TimeoutError(describe("no progress", std::to_string(options.timeout.count()) + " ms",
-                              "a completion within ExecutorOptions.timeout (is a peer dead, silent or failed?)"));
+                              "a completion within ExecutorOptions.timeout (is a peer dead, silent or failed, or one transfer "
+                              "longer than that on a slow network?)"));
 }
 
 }  // namespace detail

@@ -21,6 +21,7 @@
 #include <disagmoe/schedule/side_metrics.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <optional>
 #include <sstream>
@@ -115,10 +116,17 @@ inline Recommendation verdict(const RankedSchedule& win, const RankedSchedule& l
     const double d_comm = network(lose.job) - network(win.job);
     const double d_wait = waiting(lose.job) - waiting(win.job);
     r.cause = d_busy >= d_comm && d_busy >= d_wait ? "compute" : d_comm >= d_wait ? "network" : "balance";
- s << std::setprecision(2) << r.speedup << "x faster than " << lose.schedule << " (" << lose.layout << "); per GPU, of the "
-      << std::setprecision(0) << (lose.step_seconds - win.step_seconds) * 1e3 << " ms gap " << d_wait * 1e3
-      << " ms is waiting on peers' compute (balance: imbalance, fill and drain), " << d_comm * 1e3
-      << " ms waiting on transfers (network) and " << d_busy * 1e3 << " ms compute";
+    // Each term is the runner-up's time less the winner's: "more" or "less", never a
+    // negative time.
+    const auto term = [](double d, const char* what) {
+      std::ostringstream t;
+      t << std::fixed << std::setprecision(0) << std::abs(d) * 1e3 << " ms " << (d < 0 ? "less " : "more ") << what;
+      return t.str();
+    };
+    s << std::setprecision(2) << r.speedup << "x faster than " << lose.schedule << " (" << lose.layout
+      << "); per GPU, of the " << std::setprecision(0) << (lose.step_seconds - win.step_seconds) * 1e3 << " ms gap, "
+      << term(d_wait, "waiting on peers' compute (balance: imbalance, fill and drain), ")
+      << term(d_comm, "waiting on transfers (network) and ") << term(d_busy, "compute");
   }
   r.reason = s.str();
   return r;
