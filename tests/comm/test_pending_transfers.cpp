@@ -106,6 +106,20 @@ std::vector<std::vector<Script>> all_scripts(int n) {
   return out;
 }
 
+/// Runs `body(transport, pending, script)` for every script of 1 to 4 requests, all posted.
+template <class Body>
+void for_every_script(Body&& body) {
+  for (int n = 1; n <= 4; ++n)
+    for (const auto& script : all_scripts(n)) {
+      INFO("n = " << n);
+      Scripted t;
+      t.s->script = script;
+      comm::PendingTransfers<Scripted> p(t);
+      post_all(p, script);
+      body(t, p, script);
+    }
+}
+
 bool has(const std::vector<Script>& s, Script x) {
   for (Script y : s)
     if (y == x) return true;
@@ -115,58 +129,46 @@ bool has(const std::vector<Script>& s, Script x) {
 }  // namespace
 
 TEST_CASE("PendingTransfers::wait leaves nothing posted: completion, deadline or a transport error") {
-  for (int n = 1; n <= 4; ++n)
-    for (const auto& script : all_scripts(n)) {
-      Scripted t;
-      t.s->script = script;
-      comm::PendingTransfers<Scripted> p(t);
-      post_all(p, script);
-      bool threw = false;
-      std::optional<comm::PendingTransfers<Scripted>::Label> late;
-      try {
-        late = p.wait(comm::Clock::now());
-      } catch (const std::runtime_error&) {
-        threw = true;
-      }
-      INFO("n = " << n);
-      // Requests are waited in posting order: the first one that is not complete decides.
-      std::optional<Script> first_open;
-      for (Script x : script)
-        if (x != Script::kCompletes) {
-          first_open = x;
-          break;
-        }
-      CHECK(threw == (first_open == Script::kThrows));
-      CHECK(late.has_value() == (first_open == Script::kNever));
-      CHECK(t.s->posted.empty());
-      CHECK(p.empty());
+  for_every_script([](Scripted& t, comm::PendingTransfers<Scripted>& p, const std::vector<Script>& script) {
+    bool threw = false;
+    std::optional<comm::PendingTransfers<Scripted>::Label> late;
+    try {
+      late = p.wait(comm::Clock::now());
+    } catch (const std::runtime_error&) {
+      threw = true;
     }
+    // Requests are waited in posting order: the first one that is not complete decides.
+    std::optional<Script> first_open;
+    for (Script x : script)
+      if (x != Script::kCompletes) {
+        first_open = x;
+        break;
+      }
+    CHECK(threw == (first_open == Script::kThrows));
+    CHECK(late.has_value() == (first_open == Script::kNever));
+    CHECK(t.s->posted.empty());
+    CHECK(p.empty());
+  });
 }
 
 TEST_CASE("PendingTransfers::test retires what completed and cancels everything on an error") {
-  for (int n = 1; n <= 4; ++n)
-    for (const auto& script : all_scripts(n)) {
-      Scripted t;
-      t.s->script = script;
-      comm::PendingTransfers<Scripted> p(t);
-      post_all(p, script);
-      bool threw = false, done = false;
-      try {
-        done = p.test();
-      } catch (const std::runtime_error&) {
-        threw = true;
-      }
-      INFO("n = " << n);
-      CHECK(threw == has(script, Script::kThrows));
-      CHECK(done == !(has(script, Script::kThrows) || has(script, Script::kNever)));
-      if (threw) {
-        CHECK(t.s->posted.empty());
-      } else {
-        std::size_t never = 0;
-        for (Script x : script) never += x == Script::kNever;
-        CHECK(t.s->posted.size() == never);  // still in flight, and still tracked
-        p.cancel();
-        CHECK(t.s->posted.empty());
-      }
+  for_every_script([](Scripted& t, comm::PendingTransfers<Scripted>& p, const std::vector<Script>& script) {
+    bool threw = false, done = false;
+    try {
+      done = p.test();
+    } catch (const std::runtime_error&) {
+      threw = true;
     }
+    CHECK(threw == has(script, Script::kThrows));
+    CHECK(done == !(has(script, Script::kThrows) || has(script, Script::kNever)));
+    if (threw) {
+      CHECK(t.s->posted.empty());
+    } else {
+      std::size_t never = 0;
+      for (Script x : script) never += x == Script::kNever;
+      CHECK(t.s->posted.size() == never);  // still in flight, and still tracked
+      p.cancel();
+      CHECK(t.s->posted.empty());
+    }
+  });
 }
