@@ -136,6 +136,15 @@ inline void expect_output_written(bool cout_was_good) {
   expect<IoError>(ok, "stdout", "write failed", "a writable standard output (a full disk or a closed pipe?)");
 }
 
+// Writes `line` (ending in a newline) to stderr in one write: the ranks of an MPI job
+// share stderr. Control bytes (a path or a model name with a newline or an escape
+// sequence in it) are written as \xNN: one line, and nothing for the terminal to run.
+inline void write_error_line(const std::string& line) {
+  std::ostringstream os;
+  disagmoe::detail::write_text(os, std::string_view(line).substr(0, line.size() - 1));
+  std::cerr << os.str() + "\n" << std::flush;
+}
+
 // CLI11's "Could not convert: --seq-len = 1e30" names no type: the house form instead,
 // with what the option's type takes. Other messages pass through unchanged.
 inline std::string parse_error_text(const CLI::App& app, const CLI::ParseError& e) {
@@ -163,13 +172,7 @@ inline std::string parse_error_text(const CLI::App& app, const CLI::ParseError& 
 inline int report_exception(const std::string& name) {
   // One write per line: the ranks of an MPI job share stderr, and std::cerr (unbuffered)
   // writes each << apart, so that piecewise lines interleaved mid-way.
-  // Control bytes of a message (a path or a model name with a newline or an escape
-  // sequence in it) are written as \xNN: one line, and nothing for the terminal to run.
-  const auto say = [](const std::string& line) {
-    std::ostringstream os;
-    disagmoe::detail::write_text(os, std::string_view(line).substr(0, line.size() - 1));
-    std::cerr << os.str() + "\n" << std::flush;
-  };
+  const auto say = [](const std::string& line) { detail::write_error_line(line); };
   const std::string bug = " (a bug: please report it with the command line)\n";
   try {
     throw;
@@ -226,7 +229,7 @@ int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
     } catch (const CLI::CallForVersion& e) {
       return printed(e);
     } catch (const CLI::ParseError& e) {  // one line, as for every other bad input
-      std::cerr << app.get_name() + ": error: " + detail::parse_error_text(app, e) + " (see --help)\n";
+      detail::write_error_line(app.get_name() + ": error: " + detail::parse_error_text(app, e) + " (see --help)\n");
       return kExitBadInput;
     }
     detail::expect_finite_options(app);

@@ -89,9 +89,11 @@ int generate(const Args& a) {
   if (!out) throw disagmoe::IoError("file '" + a.generate + "': cannot be opened for writing");
   const std::int64_t shape[3] = {s.tokens, s.layers, s.top_k};
   write_npy_header<ExpertId>(out, shape);
-  // Streamed in chunks of about 64 MiB of ids (and gates): any trace size fits.
+  // Streamed in chunks of at most 64 MiB of ids (and gates), a quarter of --max-memory
+  // where that is less: any trace size fits.
   const std::int64_t per_token = std::int64_t{s.layers} * s.top_k * 8;
-  const std::int64_t chunk_tokens = std::max<std::int64_t>(1, (std::int64_t{64} << 20) / per_token);
+  const std::int64_t chunk_bytes = std::min<std::int64_t>(std::int64_t{64} << 20, disagmoe::limits().max_memory_bytes / 4);
+  const std::int64_t chunk_tokens = std::max<std::int64_t>(1, chunk_bytes / per_token);
   for (std::int64_t first = 0; first < s.tokens; first += chunk_tokens) {
     const auto chunk = gen.generate(a.first_token + first, std::min(chunk_tokens, s.tokens - first));
     write_npy_data<ExpertId>(out, chunk.ids());

@@ -156,7 +156,8 @@ inline void expect_decompressed(std::string_view field, std::string_view file, s
 
 /// IoError naming `field` and the path when `path` exists but is not a regular file: a
 /// directory, FIFO or device (such as /dev/zero) would fail late, block or never end, so
-/// readers check here before they open. A missing file is left to the opener's message.
+/// readers check here before they open (so /dev/stdin and process substitution are
+/// refused too). A missing file is left to the opener's message.
 inline void expect_regular_file(std::string_view field, const std::filesystem::path& path) {
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);

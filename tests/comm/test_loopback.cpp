@@ -6,8 +6,10 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <numeric>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -314,4 +316,25 @@ TEST_CASE("make_af_groups splits the A-, F- and pair groups of a world") {
   CHECK_THROWS_WITH_AS(comm::make_af_groups(t, std::span<const int>(a), std::span<const int>(f)),
                        "make_af_groups ffn_ranks[i] = 1: expected a rank not in attention_ranks (the groups are disjoint)",
                        ConfigError);
+}
+
+TEST_CASE("a receive cancelled inside its open group is never posted; the next one gets the message") {
+  LoopbackWorld world(2);
+  host::run_ranks(world, [](LoopbackTransport& t) {
+    if (t.rank() == 0) {
+      std::int32_t first = -1, second = -1;
+      t.group_begin();
+      auto r = comm::irecv(t, 1, 0, std::span<std::int32_t>(&first, 1));
+      t.cancel(r);  // withdrawn before group_end posts it: its buffer may go now
+      t.group_end();
+      auto r2 = comm::irecv(t, 1, 0, std::span<std::int32_t>(&second, 1));
+      CHECK(t.wait(r2, comm::deadline_after(5s)));
+      CHECK(second == 7);
+      CHECK(first == -1);
+    } else {
+      const std::int32_t v = 7;
+      auto s = comm::isend(t, 0, 0, std::span<const std::int32_t>(&v, 1));
+      CHECK(t.wait(s, comm::deadline_after(5s)));
+    }
+  });
 }

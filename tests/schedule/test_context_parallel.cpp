@@ -224,3 +224,19 @@ TEST_CASE("Qwen3-235B at 16K on 128 GPUs: planned with both automatic choices, a
                                                              .total() *
                                                          (1 + 1e-9));
 }
+
+TEST_CASE("the automatic degrees never split a sequence over more GPUs than it has tokens") {
+  // Many short sequences: tokens per micro-batch allow degree 4 by the 4096-token rule,
+  // but a sequence of 2 tokens splits over at most 2 GPUs.
+  auto m = disagmoe::model_preset("olmoe-1b-7b");
+  m.seq_len = 2;
+  m.micro_batch = 16384;
+  CHECK(dp::context_parallel_degrees(m, 8) == std::vector<int>{1, 2});
+  m.seq_len = 1;
+  CHECK(dp::context_parallel_degrees(m, 8) == std::vector<int>{1});
+  // And the planner plans there (it used to throw on a degree the user never set).
+  dp::PlanOptions o;
+  o.global_batch = 2 * m.micro_batch;
+  const auto plan = dp::AdaptiveAllocator(m, disagmoe::parse_cluster_name("h100:2"), o).plan();
+  CHECK(plan.allocation.context_parallel == 1);
+}

@@ -65,7 +65,9 @@ class DualRoleTransport {
   }
   bool test(Request& r) { return lane(r).test(r.inner); }
   bool wait(Request& r, Deadline deadline) { return lane(r).wait(r.inner, deadline); }
-  void cancel(Request& r) { lane(r).cancel(r.inner); }
+  void cancel(Request& r) {
+    if (r.lane >= 0) lane(r).cancel(r.inner);  // an empty request: nothing to withdraw
+  }
   std::optional<DualRoleTransport> split(std::span<const int>) {
     fail("DualRoleTransport.split", "called", "a split of the underlying group (a dual-role view has no sub-groups)");
   }

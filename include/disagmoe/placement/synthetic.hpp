@@ -138,10 +138,11 @@ class SyntheticTraceGenerator {
     spec_.validate();
     if (spec_.group_size == 0) spec_.group_size = spec_.top_k;
     const int E = spec_.num_experts, L = spec_.layers;
-    // Per layer and expert: popularity and its alias table (8 + 12 bytes), group id and
-    // member (8); per group: members' vector, weight, alias entry and successor (48).
+    // Per layer and expert: popularity and its alias entry (8 + 16 bytes), group id and
+    // member (8); per group: the members' vector and its heap block, weight, alias entry
+    // and successor (about 80).
     const double groups_per_layer = std::ceil(static_cast<double>(E) / spec_.group_size);
-    expect_memory("SyntheticTraceSpec.layers", L, static_cast<double>(L) * (28.0 * E + 48.0 * groups_per_layer),
+    expect_memory("SyntheticTraceSpec.layers", L, static_cast<double>(L) * (32.0 * E + 80.0 * groups_per_layer),
                   "planted structure (layers x experts)");
     detail::SplitMix64 g{detail::mix_seed(spec_.seed, ~std::uint64_t{0})};
     auto shuffled = [&](int n) {

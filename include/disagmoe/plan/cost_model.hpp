@@ -321,11 +321,13 @@ inline RingAttentionSeconds context_parallel_ring_seconds(const ModelSpec& m, in
 inline constexpr double kMinContextParallelTokens = 4096;
 
 /// The context-parallel degrees an automatic choice tries for `m` on nodes of
-/// `gpus_per_node` GPUs: 1, 2, 4, … below gpus_per_node, each above 1 keeping at least
+/// `gpus_per_node` GPUs: 1, 2, 4, … below gpus_per_node and at most the sequence length
+/// (each GPU holds a chunk of every sequence), each above 1 keeping at least
 /// kMinContextParallelTokens tokens per GPU micro-batch. O(log).
 inline std::vector<int> context_parallel_degrees(const ModelSpec& m, int gpus_per_node) {
   std::vector<int> v{1};
-  for (int cp = 2; cp < gpus_per_node && double(m.tokens_per_micro_batch()) / cp >= kMinContextParallelTokens;
+  for (int cp = 2; cp < gpus_per_node && cp <= m.seq_len &&
+                   double(m.tokens_per_micro_batch()) / cp >= kMinContextParallelTokens;
        cp *= 2)
     v.push_back(cp);
   return v;

@@ -418,6 +418,7 @@ class DisaggregatedTrainer {
   /// backward dL/dy) travels, through F_l (direct) or beside the channel (its hand-off).
   /// With one pair A_{l+1} = A_l keeps both, and the fused transfer is a plain return.
   bool residual_travels(int l) const { return fused(l) && attention_worker(l + 1) != attention_worker(l); }
+  /// Channel exchange: the residual travels beside the channel, which hands off to A_{l+1}.
   bool handed_off(int l) const { return channel_ && residual_travels(l); }
   Cell& cell(int mb, int l) { return cells_[static_cast<std::size_t>(mb) * static_cast<std::size_t>(spec_.layers) + static_cast<std::size_t>(l)]; }
 

@@ -189,10 +189,11 @@ class LoopbackTransport {
     }
   }
 
-  /// Withdraws `req` if still pending; waits out a copy already in flight.
+  /// Withdraws `req` if still pending (also inside an open group); waits out a copy
+  /// already in flight.
   void cancel(Request& req) {
     if (req.op == nullptr) return;
-    auto* op = checked(req, "cancel");
+    auto* op = checked(req, "cancel", /*deferred_ok=*/true);
     withdraw(op);
     req = Request{};
   }
@@ -318,12 +319,12 @@ class LoopbackTransport {
         comm::Clock::duration(op->ready_ticks.load(std::memory_order_relaxed)));
   }
 
-  detail::LoopOp* checked(const Request& req, const char* what) {
+  detail::LoopOp* checked(const Request& req, const char* what, bool deferred_ok = false) {
     // Messages are built only on failure: the steady state must not allocate.
     if (req.op == nullptr || !req.op->live || req.op->generation != req.generation)
       fail(std::string("LoopbackTransport.") + what + " request", "empty or consumed",
            "a pending request of this endpoint");
-    if (req.op->deferred)
+    if (req.op->deferred && !deferred_ok)
       fail(std::string("LoopbackTransport.") + what + " request", "inside an open group",
            "group_end() before waiting");
     return req.op;
