@@ -137,7 +137,8 @@ inline void expect_output_written(bool cout_was_good) {
 }
 
 // Writes `line` (ending in a newline) to stderr in one write: the ranks of an MPI job
-// share stderr. Control bytes (a path or a model name with a newline or an escape
+// share stderr, and std::cerr (unbuffered) writes each << apart, so piecewise lines
+// interleaved mid-way. Control bytes (a path or a model name with a newline or an escape
 // sequence in it) are written as \xNN: one line, and nothing for the terminal to run.
 inline void write_error_line(const std::string& line) {
   std::ostringstream os;
@@ -170,9 +171,7 @@ inline std::string parse_error_text(const CLI::App& app, const CLI::ParseError& 
 /// input, 3 for a bug). Shared by run_main and by programs that must act on an
 /// error before returning (disagmoe-train under MPI ends the job).
 inline int report_exception(const std::string& name) {
-  // One write per line: the ranks of an MPI job share stderr, and std::cerr (unbuffered)
-  // writes each << apart, so that piecewise lines interleaved mid-way.
-  const auto say = [](const std::string& line) { detail::write_error_line(line); };
+  const auto& say = detail::write_error_line;
   const std::string bug = " (a bug: please report it with the command line)\n";
   try {
     throw;

@@ -261,8 +261,7 @@ int main(int argc, char** argv) {
     const bool cp_given = app.count("--context-parallel") > 0;
     if (cp_given) {
       dz::expect_in("--context-parallel", context_parallel, 1, c.gpus_per_node);
-      disagmoe::expect(context_parallel <= m.seq_len, "--context-parallel", context_parallel,
-                       "at most the sequence length (" + std::to_string(m.seq_len) + " tokens: each GPU holds a chunk)");
+      disagmoe::plan::expect_context_parallel_fits("--context-parallel", context_parallel, m);
     }
     // Context parallelism: as given, else each schedule's best (0), except AF-Pipe on a
     // plan (--plan's or the planner's), which runs at the plan's degree.

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace disagmoe::plan {
@@ -319,6 +320,13 @@ inline RingAttentionSeconds context_parallel_ring_seconds(const ModelSpec& m, in
 /// 4K-token sequences, and smaller chunks run smaller, less efficient kernels, which
 /// this model does not price.
 inline constexpr double kMinContextParallelTokens = 4096;
+
+/// ConfigError naming `field` unless context-parallel degree `cp` gives every GPU at
+/// least one token of each sequence of `m` (cp <= seq_len). O(1).
+inline void expect_context_parallel_fits(std::string_view field, int cp, const ModelSpec& m) {
+  expect(cp <= m.seq_len, field, cp,
+         "at most the sequence length (" + std::to_string(m.seq_len) + " tokens: each GPU holds a chunk)");
+}
 
 /// The context-parallel degrees an automatic choice tries for `m` on nodes of
 /// `gpus_per_node` GPUs: 1, 2, 4, … below gpus_per_node and at most the sequence length

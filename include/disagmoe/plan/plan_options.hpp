@@ -115,8 +115,7 @@ inline void validate(const PlanOptions& o, const ModelSpec& m) {
          o.memory.grad_bytes, "finite bytes >= 0 (0 = the model's dtype)");
   expect(o.context_parallel >= 0 && o.context_parallel <= 1024, "context_parallel", o.context_parallel,
          "a degree in [1, 1024], or 0 (auto)");
-  expect(o.context_parallel <= m.seq_len, "context_parallel", o.context_parallel,
-         "at most the sequence length (" + std::to_string(m.seq_len) + " tokens: each GPU holds a chunk)");
+  expect_context_parallel_fits("context_parallel", o.context_parallel, m);
   expect(o.group_factor >= 0 && o.group_factor <= 2, "group_factor", o.group_factor, "1, 2, or 0 (auto)");
 }
 

@@ -191,13 +191,13 @@ inline void apply_context_parallel(LayerCost& x, int cp, const plan::RingAttenti
 
 // ConfigError unless cp divides the `group` GPUs of a group and the `per_node` GPUs its
 // role has on each node: then each ring of cp consecutive ranks stays inside one group
-// and one node (its key/value traffic runs over NVLink).
-inline void expect_context_parallel(int cp, int group, int per_node, std::string_view what, int seq_len) {
+// and one node (its key/value traffic runs over NVLink); and unless no GPU gets less
+// than a token of each sequence of `m`.
+inline void expect_context_parallel(int cp, int group, int per_node, std::string_view what, const ModelSpec& m) {
   expect(cp >= 1 && group % cp == 0 && per_node % cp == 0, "context_parallel", cp,
          "a positive divisor of the " + std::string(what) + " (" + std::to_string(group) +
              ") and of the GPUs per node (" + std::to_string(per_node) + ")");
-  expect(cp <= seq_len, "context_parallel", cp,
-         "at most the sequence length (" + std::to_string(seq_len) + " tokens: each GPU holds a chunk)");
+  plan::expect_context_parallel_fits("context_parallel", cp, m);
 }
 
 // Full recomputation reruns each forward right before its backward (Korthikanti et al.
@@ -261,7 +261,7 @@ inline Problem colocated_problem(const ModelSpec& m, const ClusterSpec& c, Coloc
          "a divisor of both the GPUs per stage (" + std::to_string(g) + ") and the experts (" +
              std::to_string(m.experts) + ")");
   const int per_node = std::min(g, c.gpus_per_node), cp = o.context_parallel;
-  detail::expect_context_parallel(cp, g, c.gpus_per_node, "GPUs per stage", m.seq_len);
+  detail::expect_context_parallel(cp, g, c.gpus_per_node, "GPUs per stage", m);
   const AllToAllRows rows = all_to_all_rows(m, ep, std::gcd(ep, per_node), o.dedup, lay.node_dedup);
   Problem p;
   for (int s = 0; s < lay.stages; ++s) {
@@ -359,7 +359,7 @@ inline Problem af_problem(const ModelSpec& m, const ClusterSpec& c, AfLayout lay
          "a positive divisor of both A GPUs (" + std::to_string(a_total) + ") and F GPUs (" +
              std::to_string(f_total) + ")");
   const int ga = a_total / pg, gf = f_total / pg, cp = o.context_parallel;
-  detail::expect_context_parallel(cp, ga, a, "A group size", m.seq_len);
+  detail::expect_context_parallel(cp, ga, a, "A group size", m);
   expect(gf <= m.experts, "ffn_gpus_per_node", f,
          "an F group size (" + std::to_string(gf) + ") of at most experts (" + std::to_string(m.experts) + ")");
   if (c.nodes > 1) {  // each side's count by its own name, then the sum
