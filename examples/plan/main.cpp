@@ -31,7 +31,7 @@ void print_table(const plan::AdaptiveAllocator& allocator, const plan::Plan& p) 
   std::printf(
       "%s on %s: seq %d, micro-batch %d, global batch %d sequences, recompute %s, fused combine + dispatch "
       "%s, context parallel %d, ping-pong group %dp\n",
-      p.model.c_str(), p.cluster.c_str(), p.seq_len, p.micro_batch, p.global_batch,
+      p.model.name.c_str(), p.cluster.name.c_str(), p.seq_len, p.micro_batch, p.global_batch,
       plan::to_string(p.allocation.recompute).c_str(), p.allocation.fuse ? "on" : "off",
       p.allocation.context_parallel, p.allocation.group_factor);
   if (const plan::Allocation& x = p.allocation; x.mixed_nodes > 0)
@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
     if (!svg_path.empty()) {
       std::ofstream out(svg_path);
       expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
-      out << plan::RooflineModel(allocator.model(), p.allocation).svg(p.model + " on " + p.cluster + ", seq " +
+      out << plan::RooflineModel(allocator.model(), p.allocation).svg(p.model.name + " on " + p.cluster.name + ", seq " +
                                                                        std::to_string(p.seq_len));
       out.flush();  // a write error of the buffered tail shows only here
       expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");

@@ -142,6 +142,23 @@ TEST_CASE("hostile JSON files: depth, huge values, overflowing numbers and non-f
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("a key given twice in one object is an error naming its path; the same key in two objects is not") {
+  const auto parse = [](const std::string& text) { return io::parse_json_text(text, "t.json"); };
+  const std::string twice = "t.json:$.layers = \"(a key given twice)\": expected each key at most once in an object";
+  CHECK(error_of([&] { parse(R"({"preset": "olmoe-1b-7b", "layers": 2000000000, "layers": 4})"); }) == twice);
+  CHECK(error_of([&] { parse(R"({"gpu": {"hbm_bytes": 1, "hbm_bytes": 2}})"); }) ==
+        "t.json:$.gpu.hbm_bytes = \"(a key given twice)\": expected each key at most once in an object");
+  // Paths through arrays count elements of every kind: scalars, arrays and objects.
+  CHECK(error_of([&] { parse(R"({"a": [1, [2], {"b": 1}, {"c": 1, "c": 2}]})"); }) ==
+        "t.json:$.a[3].c = \"(a key given twice)\": expected each key at most once in an object");
+  CHECK(error_of([&] { parse(R"([{"x": {"y": [0]}, "z": 1, "x": 2}])"); }) ==
+        "t.json:$[0].x = \"(a key given twice)\": expected each key at most once in an object");
+  // One key in sibling or nested objects, and a key equal to a value, are fine.
+  const Json ok = parse(R"({"a": {"k": 1}, "b": {"k": 2, "a": {"k": 3}}, "k": "k", "l": [{"k": 1}, {"k": 2}]})");
+  CHECK(ok["b"]["a"]["k"] == 3);
+  CHECK(ok["l"][1]["k"] == 2);
+}
+
 TEST_CASE("a plan read back is the planner's allocation; anything else is a named error") {
   const ModelSpec m = model_preset("olmoe-1b-7b");
   const ClusterSpec c = parse_cluster_name("h800x128:2");
@@ -171,6 +188,34 @@ TEST_CASE("a plan read back is the planner's allocation; anything else is a name
   ModelSpec longer = m;
   longer.seq_len *= 2;
   CHECK(error_of([&] { plan::allocation_from_json(j, longer, c); }).starts_with("$.seq_len = "));
+  // A model or cluster that keeps the name but not the plan's values is named field by
+  // field (the plan saves both specs); the micro-batch is a run setting.
+  ModelSpec dense = m;
+  dense.first_dense_layers = m.layers;
+  CHECK(error_of([&] { plan::allocation_from_json(j, dense, c); }) ==
+        "$.model_spec.first_dense_layers = " + std::to_string(m.first_dense_layers) +
+            ": expected the model of this run (" + std::to_string(m.layers) + "): plan again for it");
+  ModelSpec other_batch = m;
+  other_batch.micro_batch += 1;
+  CHECK(plan::allocation_from_json(j, other_batch, c) == p.allocation);
+  ClusterSpec small_hbm = c;
+  small_hbm.gpu.hbm_bytes /= 2;
+  CHECK(error_of([&] { plan::allocation_from_json(j, m, small_hbm); }).starts_with("$.cluster_spec.gpu.hbm_bytes = "));
+  Json edited = j;
+  edited["seq_len"] = std::to_string(m.seq_len);  // the right number as a string is not the run's
+  CHECK(error_of([&] { plan::allocation_from_json(edited, m, c); }) ==
+        "$.seq_len = \"" + std::to_string(m.seq_len) + "\": expected the sequence length of this run (" +
+            std::to_string(m.seq_len) + "): plan again for it");
+  edited = j;
+  edited["model_spec"].erase("top_k");
+  CHECK(error_of([&] { plan::allocation_from_json(edited, m, c); }) ==
+        "$.model_spec.top_k = \"(missing)\": expected the model's top_k");
+  edited["model_spec"] = 3;
+  CHECK(error_of([&] { plan::allocation_from_json(edited, m, c); }) ==
+        "$.model_spec = 3: expected a JSON object, as io::to_json writes it");
+  edited.erase("model_spec");  // a plan written before the specs were saved: by name only
+  edited.erase("cluster_spec");
+  CHECK(plan::allocation_from_json(edited, dense, small_hbm) == p.allocation);
   // Recomputation per side, and the one bool of plans written before it was per side.
   Json a = j.at("allocation");
   a["recompute"] = {{"attention", false}, {"ffn", true}};

@@ -15,13 +15,17 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <tuple>
+#include <utility>
 #include <type_traits>
+#include <vector>
 
 namespace disagmoe::io {
 
@@ -210,9 +214,53 @@ inline ClusterSpec cluster_from_json(const Json& j, const std::string& path = "$
   return c;
 }
 
-/// Parses JSON text; IoError naming `name` for malformed text, a number that
-/// overflows a double, or nesting deeper than limits().max_json_depth (checked on the
-/// text first, so nothing deep is ever built or printed).
+namespace detail {
+
+// A parser callback that refuses a key given twice in one object. RFC 8259 leaves such
+// a document's meaning to the reader, and nlohmann keeps the last value: a plan or a
+// model with "layers" twice would be read without a word about the first.
+class DuplicateKeyCheck {
+ public:
+  explicit DuplicateKeyCheck(std::string name) : name_(std::move(name)) {}
+  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    using E = Json::parse_event_t;
+    if ((event == E::object_start || event == E::array_start || event == E::value) && !frames_.empty() &&
+        !frames_.back().object)
+      ++frames_.back().index;  // the next element of the enclosing array begins
+    if (event == E::object_start) frames_.push_back({true});
+    else if (event == E::array_start) frames_.push_back({false});
+    else if (event == E::object_end || event == E::array_end) frames_.pop_back();
+    else if (event == E::key) {
+      Frame& f = frames_.back();
+      f.key = parsed.get<std::string>();
+      if (!f.keys.insert(f.key).second)
+        fail<IoError>(path(), "(a key given twice)", "each key at most once in an object");
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool object;
+    std::set<std::string> keys{};
+    std::string key{};     // an object's last key
+    long long index = -1;  // an array's current element
+  };
+  std::string path() const {
+    std::string p = name_ + ":$";
+    for (const Frame& f : frames_) p += f.object ? "." + f.key : "[" + std::to_string(f.index) + "]";
+    return p;
+  }
+  std::string name_;
+  std::vector<Frame> frames_;
+};
+
+}  // namespace detail
+
+/// Parses JSON text; IoError naming `name` for malformed text, a key given twice in
+/// one object (naming its path), a number that overflows a double, or nesting deeper
+/// than limits().max_json_depth (checked on the text first, so nothing deep is ever
+/// built or printed).
 inline Json parse_json_text(std::string_view text, const std::string& name) {
   int depth = 0;
   bool in_string = false, escaped = false;
@@ -231,8 +279,9 @@ inline Json parse_json_text(std::string_view text, const std::string& name) {
       --depth;
     }
   }
+  detail::DuplicateKeyCheck duplicates(name);
   try {
-    return Json::parse(text);
+    return Json::parse(text, std::ref(duplicates));
   } catch (const Json::exception& e) {  // parse_error, and out_of_range 406 for 1e999
     fail<IoError>("file", name, std::string("valid JSON (") + e.what() + ")");
   }

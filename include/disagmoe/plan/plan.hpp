@@ -36,8 +36,8 @@ struct Refinement {
 
 /// A planned deployment of one model on one cluster.
 struct Plan {
-  std::string model;                          ///< ModelSpec::name
-  std::string cluster;                        ///< ClusterSpec::name
+  ModelSpec model;                            ///< the model planned for
+  ClusterSpec cluster;                        ///< the cluster planned on
   int seq_len = 0;                            ///< tokens per sequence
   int micro_batch = 0;                        ///< sequences per micro-batch
   int global_batch = 0;                       ///< sequences per step
@@ -138,8 +138,8 @@ inline Plan make_plan(const AnalyticModel& model, const Allocation& x, const Sea
   const ModelSpec& m = model.model();
   const ClusterSpec& c = model.cluster();
   Plan p;
-  p.model = m.name;
-  p.cluster = c.name;
+  p.model = m;
+  p.cluster = c;
   p.seq_len = m.seq_len;
   p.micro_batch = m.micro_batch;
   p.global_batch = model.options().global_batch;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file plan_json.hpp
-/// A Plan as JSON (needs target disagmoe::io). Keys: model, cluster, seq_len,
-/// micro_batch, global_batch, optimizer_bytes, attention.{gpus,nics,group_size},
+/// A Plan as JSON (needs target disagmoe::io). Keys: model, cluster (names),
+/// model_spec, cluster_spec (io::to_json of each), seq_len, micro_batch, global_batch, optimizer_bytes, attention.{gpus,nics,group_size},
 /// ffn.{gpus,nics,group_size}, groups, layer_groups, predicted.{stage_seconds,
 /// step_seconds, tokens_per_second, bottleneck, bound_seconds, round_seconds, ...},
 /// fuse (AF-Pipe's stage-aligned combine + dispatch, chosen per allocation),
@@ -57,8 +57,10 @@ inline io::Json to_json(const Allocation& a) {
 inline io::Json to_json(const Plan& p) {
   const StepEstimate& e = p.predicted;
   io::Json j;
-  j["model"] = p.model;
-  j["cluster"] = p.cluster;
+  j["model"] = p.model.name;
+  j["cluster"] = p.cluster.name;
+  j["model_spec"] = io::to_json(p.model);  // what allocation_from_json checks a run against
+  j["cluster_spec"] = io::to_json(p.cluster);
   j["seq_len"] = p.seq_len;
   j["micro_batch"] = p.micro_batch;
   j["global_batch"] = p.global_batch;
@@ -142,13 +144,37 @@ inline Recompute recompute_from_json(const io::Json& j, const std::string& path)
   if (j.contains("ffn")) read_value(j.at("ffn"), path + ".ffn", r.ffn);
   return r;
 }
+
+/// `theirs` (a plan's value at `at`) is `ours` (the run's, as io::to_json writes it),
+/// object by object down to the first value that differs, which the error names; a
+/// value of another type (a seq_len of "4096") never equals. A key `skip` of an object
+/// is a run setting, not compared.
+inline void expect_same(const io::Json& theirs, const io::Json& ours, const std::string& at, const char* what,
+                        std::string_view skip = {}) {
+  using io::detail::brief;
+  if (!ours.is_object()) {
+    expect<IoError>(theirs == ours, at, brief(theirs),
+                    std::string("the ") + what + " of this run (" +
+                        (ours.is_string() ? ours.get<std::string>() : brief(ours).text) + "): plan again for it");
+    return;
+  }
+  expect<IoError>(theirs.is_object(), at, brief(theirs), "a JSON object, as io::to_json writes it");
+  for (const auto& [key, value] : theirs.items())
+    expect<IoError>(ours.contains(key), at + "." + key, "(unknown key)", "a key that io::to_json writes");
+  for (const auto& [key, value] : ours.items()) {
+    if (key == skip) continue;
+    expect<IoError>(theirs.contains(key), at + "." + key, "(missing)", std::string("the ") + what + "'s " + key);
+    expect_same(theirs.at(key), value, at + "." + key, what);
+  }
+}
 }  // namespace detail
 
 /// The Allocation of a plan for model `m` on cluster `c`: a whole plan as `to_json`
 /// writes it (the split under "allocation") or just the Allocation fields. Strict, as
 /// a plan is only valid for what it was made for: unknown keys, integers that do not
 /// fit 32 bits, counts outside the cluster, and a plan whose model, cluster or
-/// sequence length differ from `m` and `c` are IoErrors naming the path under `path`.
+/// sequence length differ from `m` and `c` (by name, and field by field where the plan
+/// saved the specs) are IoErrors naming the path under `path`.
 inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, const ClusterSpec& c,
                                        const std::string& path = "$") {
   using io::detail::brief;
@@ -159,25 +185,24 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   expect<IoError>(j.is_object(), path, brief(j), "a JSON object (disagmoe-plan --json)");
   const bool full = j.contains("allocation");
   if (full) {
-    static constexpr std::array<std::string_view, 23> kPlanKeys = {
-        "model",        "cluster",   "seq_len",      "micro_batch",    "global_batch",  "optimizer_bytes",
+    static constexpr std::array<std::string_view, 25> kPlanKeys = {
+        "model",        "cluster",   "model_spec",   "cluster_spec",
+        "seq_len",      "micro_batch",    "global_batch",  "optimizer_bytes",
         "attention",    "ffn",       "groups",       "recompute",      "fuse",          "allocation",
         "layer_groups", "predicted", "memory_bytes", "roofline",       "search",        "refinement",
         "explanation",  "idle_gpus", "binding",      "recommendation", "embedding_head"};
     for (const auto& [key, value] : j.items())
       expect<IoError>(known(kPlanKeys, key), path + "." + key, "(unknown key)", "a key that disagmoe-plan --json writes");
-    auto same = [&](const char* key, const std::string& ours, const char* what) {
-      if (!j.contains(key)) return;
-      std::string theirs;
-      if (j.at(key).is_number_integer())
-        theirs = j.at(key).dump();  // unsigned beyond 2^63 as written
-      else read_value(j.at(key), path + "." + key, theirs);
-      expect<IoError>(theirs == ours, path + "." + key, theirs,
-                      std::string("the ") + what + " of this run (" + ours + "): plan again for it");
+    const io::Json model = io::to_json(m), cluster = io::to_json(c);
+    auto same = [&](const char* key, const io::Json& ours, const char* what, std::string_view skip = {}) {
+      if (j.contains(key)) detail::expect_same(j.at(key), ours, path + "." + key, what, skip);
     };
-    same("model", m.name, "model");
-    same("cluster", c.name, "cluster");
-    same("seq_len", std::to_string(m.seq_len), "sequence length");
+    same("model", model.at("name"), "model");
+    same("cluster", cluster.at("name"), "cluster");
+    same("seq_len", model.at("seq_len"), "sequence length");
+    // Plans written before the specs were saved are checked by name and length only.
+    same("model_spec", model, "model", "micro_batch");  // the micro-batch is the plan's own key
+    same("cluster_spec", cluster, "cluster");
   }
   const io::Json& a = full ? j.at("allocation") : j;
   const std::string base = full ? path + ".allocation" : path;
