@@ -9,7 +9,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <cerrno>
+#include <cstddef>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace disagmoe::cli {
 
@@ -83,6 +86,43 @@ inline void add_max_ops(CLI::App& app) {
 /// variable), never "no file".
 inline const CLI::Validator kPath(
     [](std::string& v) { return v.empty() ? std::string("expected a path, got \"\"") : std::string(); }, "PATH");
+
+/// A library's name of a field (or phrase) in its errors, and this program's option.
+using OptionName = std::pair<std::string_view, std::string_view>;
+
+/// Runs `f`; a ConfigError it throws names the program's options where the library
+/// named its own fields: with {"DisaggregatedOptions.pairs", "--pairs"},
+/// "DisaggregatedOptions.pairs = 2: ..." (a --pairs derived from the world) reads
+/// "--pairs = 2: ...". Whole words only; `names` longest first. The library's checks
+/// stay the one source of truth, and a library user still sees its fields.
+template <std::size_t N, class F>
+decltype(auto) in_option_terms(const OptionName (&names)[N], F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const ConfigError& e) {
+    const auto word = [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+    };
+    const std::string_view text = e.what();
+    std::string out;
+    for (std::size_t i = 0; i < text.size();) {
+      const OptionName* hit = nullptr;
+      if (i == 0 || !word(text[i - 1]))
+        for (const OptionName& n : names)
+          if (text.substr(i).starts_with(n.first) && (i + n.first.size() == text.size() || !word(text[i + n.first.size()]))) {
+            hit = &n;
+            break;
+          }
+      if (hit == nullptr) {
+        out += text[i++];
+      } else {
+        out += hit->second;
+        i += hit->first.size();
+      }
+    }
+    throw ConfigError(out);
+  }
+}
 
 /// ConfigError naming `option` when it was given though it does not apply to the
 /// chosen mode (`applies` false): a silently ignored option hides a typo or a wrong mode.

@@ -80,11 +80,25 @@ Placement fit_placement(Args& a, const CouplingStats& stats, Topology topo) {
   return std::move(m.placement);
 }
 
+// The generator's fields as this program's options (cli::in_option_terms).
+constexpr disagmoe::cli::OptionName kSyntheticOptionNames[] = {
+    {"SyntheticTraceSpec.transition_prob", "--transition-prob"},
+    {"SyntheticTraceSpec.popularity_skew", "--skew"},
+    {"SyntheticTraceSpec.num_experts", "--experts"},
+    {"SyntheticTraceSpec.group_prob", "--group-prob"},
+    {"SyntheticTraceSpec.group_size", "--group-size"},
+    {"SyntheticTraceSpec.layers", "--layers"},
+    {"SyntheticTraceSpec.tokens", "--tokens"},
+    {"SyntheticTraceSpec.top_k", "--top-k"},
+    {"num_experts", "--experts"},
+    {"group_size", "--group-size"}};
+
 int generate(const Args& a) {
   SyntheticTraceSpec s = a.synth;
   s.num_experts = a.experts;
   s.seed = a.seed;
-  const SyntheticTraceGenerator gen(s);
+  const SyntheticTraceGenerator gen =
+      disagmoe::cli::in_option_terms(kSyntheticOptionNames, [&] { return SyntheticTraceGenerator(s); });
   std::ofstream out(a.generate, std::ios::binary);
   if (!out) throw disagmoe::IoError("file '" + a.generate + "': cannot be opened for writing");
   const std::int64_t shape[3] = {s.tokens, s.layers, s.top_k};

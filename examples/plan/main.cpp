@@ -165,75 +165,80 @@ int main(int argc, char** argv) {
   app.add_option("--svg", svg_path, "write the roofline chart (SVG) to this file")->check(disagmoe::cli::kPath);
   cli::add_max_memory(app);
   cli::add_max_ops(app);
+  // The planner's option names in its errors, as this program's options.
+  static constexpr cli::OptionName kPlanOptionNames[] = {{"context_parallel", "--context-parallel"},
+                                                         {"global_batch", "--global-batch"}};
   return cli::run_main(app, argc, argv, [&] {
-    ModelSpec m = io::load_model(model_arg);
-    ClusterSpec c = io::load_cluster(cluster_arg);
-    if (app.count("--sm-fraction")) {
-      expect_finite_in("--sm-fraction", sm_fraction, 0, 1, true);
-      c.kernel_comm_sm_fraction = sm_fraction;
-    }
-    if (app.count("--seq-len")) {
-      expect_in("--seq-len", seq_len, 1, max_size::kSeqLen);
-      m.seq_len = seq_len;
-    }
-    if (app.count("--micro-batch")) {
-      expect_in("--micro-batch", micro_batch, 1, max_size::kMicroBatch);
-      m.micro_batch = micro_batch;
-    }
-    if (app.count("--global-batch"))
-      expect(global_batch > 0, "--global-batch", global_batch, "a positive number of sequences");
-    expect_in("--context-parallel", context_parallel, 0, c.gpus_per_node);
-    expect_in("--group-factor", group_factor, 0, 2);
-    if (mixed_splits) {
-      expect(c.nodes > 1, "--mixed-splits", "(given)",
-             "a cluster of more than one node (a mixed split moves GPUs between the sides of some nodes)");
-      expect(context_parallel <= 1, "--context-parallel", context_parallel,
-             "0 or 1 with --mixed-splits (a mixed split needs the same attention GPUs on every node)");
-    }
-    cli::expect_optimizer_bytes(optimizer_bytes);
-    plan::PlanOptions o;
-    o.memory.optimizer_bytes = optimizer_bytes;
-    o.global_batch = global_batch;
-    o.context_parallel = context_parallel;
-    o.group_factor = group_factor;
-    o.m2n_uses_sms = !rdma_m2n;
-    o.embedding_head = embedding_head;
-    o.mixed_splits = mixed_splits;
-    const plan::AdaptiveAllocator allocator(m, c, o);
-    std::optional<long> refine;
-    if (app.count("--refine-evaluations")) {
-      expect_in("--refine-evaluations", refine_evaluations, 0L, 1000000L);
-      refine = refine_evaluations;
-    }
-    const char* batch_name = app.count("--global-batch") ? "--global-batch" : cli::kDefaultGlobalBatch;
-    if (!no_recommend) {  // before any simulation: the heaviest timeline the recommendation builds
-      schedule::CostOptions baselines =
-          schedule::cost_options(allocator.model().options(), allocator.model().model(), {});
-      baselines.context_parallel = 0;  // each baseline at its fastest degree (schedule::recommend)
-      schedule::expect_timeline_fits(
-          schedule::ChunkedOverlap::kName, allocator.model().model(), baselines,
-          schedule::PolicyKnobs{}.chunks,
-          {batch_name, batch_name, "chunks of the chunked baseline (--no-recommend skips it)"});
-    }
-    const plan::Plan p = schedule::simulated_plan(allocator, refine, {batch_name, batch_name, "--chunks"});
-    if (!svg_path.empty()) {
-      std::ofstream out(svg_path);
-      expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
-      out << plan::RooflineModel(allocator.model(), p.allocation).svg(p.model.name + " on " + p.cluster.name + ", seq " +
-                                                                       std::to_string(p.seq_len));
-      out.flush();  // a write error of the buffered tail shows only here
-      expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
-    }
-    std::optional<schedule::Recommendation> rec;
-    if (!no_recommend) rec = schedule::recommend(allocator.model(), p.allocation);
-    if (json) {
-      io::Json j = plan::to_json(p);
-      if (rec) j["recommendation"] = recommendation_json(*rec);
-      std::cout << j.dump(2) << '\n';
-    } else {
-      print_table(allocator, p);
-      if (rec) print_recommendation(*rec);
-    }
-    return cli::kExitOk;
+    return cli::in_option_terms(kPlanOptionNames, [&] {
+      ModelSpec m = io::load_model(model_arg);
+      ClusterSpec c = io::load_cluster(cluster_arg);
+      if (app.count("--sm-fraction")) {
+        expect_finite_in("--sm-fraction", sm_fraction, 0, 1, true);
+        c.kernel_comm_sm_fraction = sm_fraction;
+      }
+      if (app.count("--seq-len")) {
+        expect_in("--seq-len", seq_len, 1, max_size::kSeqLen);
+        m.seq_len = seq_len;
+      }
+      if (app.count("--micro-batch")) {
+        expect_in("--micro-batch", micro_batch, 1, max_size::kMicroBatch);
+        m.micro_batch = micro_batch;
+      }
+      if (app.count("--global-batch"))
+        expect(global_batch > 0, "--global-batch", global_batch, "a positive number of sequences");
+      expect_in("--context-parallel", context_parallel, 0, c.gpus_per_node);
+      expect_in("--group-factor", group_factor, 0, 2);
+      if (mixed_splits) {
+        expect(c.nodes > 1, "--mixed-splits", "(given)",
+               "a cluster of more than one node (a mixed split moves GPUs between the sides of some nodes)");
+        expect(context_parallel <= 1, "--context-parallel", context_parallel,
+               "0 or 1 with --mixed-splits (a mixed split needs the same attention GPUs on every node)");
+      }
+      cli::expect_optimizer_bytes(optimizer_bytes);
+      plan::PlanOptions o;
+      o.memory.optimizer_bytes = optimizer_bytes;
+      o.global_batch = global_batch;
+      o.context_parallel = context_parallel;
+      o.group_factor = group_factor;
+      o.m2n_uses_sms = !rdma_m2n;
+      o.embedding_head = embedding_head;
+      o.mixed_splits = mixed_splits;
+      const plan::AdaptiveAllocator allocator(m, c, o);
+      std::optional<long> refine;
+      if (app.count("--refine-evaluations")) {
+        expect_in("--refine-evaluations", refine_evaluations, 0L, 1000000L);
+        refine = refine_evaluations;
+      }
+      const char* batch_name = app.count("--global-batch") ? "--global-batch" : cli::kDefaultGlobalBatch;
+      if (!no_recommend) {  // before any simulation: the heaviest timeline the recommendation builds
+        schedule::CostOptions baselines =
+            schedule::cost_options(allocator.model().options(), allocator.model().model(), {});
+        baselines.context_parallel = 0;  // each baseline at its fastest degree (schedule::recommend)
+        schedule::expect_timeline_fits(
+            schedule::ChunkedOverlap::kName, allocator.model().model(), baselines,
+            schedule::PolicyKnobs{}.chunks,
+            {batch_name, batch_name, "chunks of the chunked baseline (--no-recommend skips it)"});
+      }
+      const plan::Plan p = schedule::simulated_plan(allocator, refine, {batch_name, batch_name, "--chunks"});
+      if (!svg_path.empty()) {
+        std::ofstream out(svg_path);
+        expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
+        out << plan::RooflineModel(allocator.model(), p.allocation).svg(p.model.name + " on " + p.cluster.name + ", seq " +
+                                                                         std::to_string(p.seq_len));
+        out.flush();  // a write error of the buffered tail shows only here
+        expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
+      }
+      std::optional<schedule::Recommendation> rec;
+      if (!no_recommend) rec = schedule::recommend(allocator.model(), p.allocation);
+      if (json) {
+        io::Json j = plan::to_json(p);
+        if (rec) j["recommendation"] = recommendation_json(*rec);
+        std::cout << j.dump(2) << '\n';
+      } else {
+        print_table(allocator, p);
+        if (rec) print_recommendation(*rec);
+      }
+      return cli::kExitOk;
+    });
   });
 }

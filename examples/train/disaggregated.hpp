@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/cli_main.hpp"
 #include "device.hpp"
 #include "progress.hpp"
 
@@ -144,6 +145,22 @@ inline rt::DisaggregatedOptions disaggregated_options(const DisaggregatedArgs& d
   return o;
 }
 
+/// The library's names of the options this program sets, as `cli::in_option_terms`
+/// renames them (longest first, so that a field is never renamed by a suffix of it).
+inline constexpr cli::OptionName kDisaggregatedOptionNames[] = {
+    {"DisaggregatedOptions.a2a_overlap.virtual_stages", "--virtual-stages"},
+    {"DisaggregatedOptions.policy.max_in_flight", "--max-in-flight"},
+    {"DisaggregatedOptions.policy.group_size", "--group-size"},
+    {"DisaggregatedOptions.attention_ranks", "--attention-ranks"},
+    {"pipeline stages x model chunks", "--pairs x --virtual-stages"},
+    {"DisaggregatedOptions.ffn_ranks", "--ffn-ranks"},
+    {"DisaggregatedOptions.exchange", "--exchange"},
+    {"DisaggregatedOptions.pairs", "--pairs"},
+    {"attention_ranks", "--attention-ranks"},
+    {"max_in_flight", "--max-in-flight"},
+    {"ffn_ranks", "--ffn-ranks"},
+    {"group_size", "--group-size"}};
+
 /// Checks the options before any worker starts (on loopback also what the schedule
 /// cannot run; under MPI every rank checks that when it builds its trainer).
 inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec& spec, int micro_batch,
@@ -238,8 +255,10 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
            "a size whose --pairs x (--attention-ranks + --ffn-ranks) = " + std::to_string(threads) +
                " worker threads is at most " + std::to_string(kMaxLoopbackRanks) + " (use --transport mpi)");
     const auto opt = disaggregated_options(d, static_cast<int>(threads));
-    rt::validate(opt, spec, rt::world_size(opt));
-    (void)rt::build_schedule(spec, opt, micro_batches);
+    cli::in_option_terms(kDisaggregatedOptionNames, [&] {
+      rt::validate(opt, spec, rt::world_size(opt));
+      (void)rt::build_schedule(spec, opt, micro_batches);
+    });
   }
 }
 
@@ -471,8 +490,10 @@ RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInputs& in, 
                         : "a multiple of --attention-ranks + --ffn-ranks (" + std::to_string(group) +
                               "): p pairs of workers");
   const auto opt = disaggregated_options(d, world.size());
-  rt::visit_schedule(opt, [&](const auto& policy) {
-    rank_loop(policy, world, in, opt, full, data_rng, &data_rng, out, d.trace, d.replace_every, d.replace_horizon);
+  cli::in_option_terms(kDisaggregatedOptionNames, [&] {  // each rank checks the options against the world when it builds its trainer
+    rt::visit_schedule(opt, [&](const auto& policy) {
+      rank_loop(policy, world, in, opt, full, data_rng, &data_rng, out, d.trace, d.replace_every, d.replace_horizon);
+    });
   });
 #endif
   return out;

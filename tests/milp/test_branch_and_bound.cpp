@@ -141,6 +141,19 @@ TEST_CASE("milp bb: infeasible, unbounded and trivial problems") {
     CHECK(r.objective == 15.0);
     CHECK(r.bound == doctest::Approx(15.0));
   }
+  SUBCASE("no columns: the empty point is the solution, the offset its objective") {
+    Problem p;
+    p.set_objective_offset(-5.0);
+    for (const bool presolve : {true, false}) {
+      Options o;
+      o.presolve = presolve;
+      const Result r = solve(p, o);
+      REQUIRE(r.status == Status::kOptimal);
+      CHECK(r.has_solution());
+      CHECK(r.solution.empty());
+      CHECK(r.objective == -5.0);
+    }
+  }
 }
 
 TEST_CASE("milp bb: limits, callback, determinism and option checks") {

@@ -127,6 +127,14 @@ TEST_CASE("milp mps: every section and bound type") {
   CHECK(r.value[0] == -1.0);
 }
 
+TEST_CASE("milp mps: every decimal form reads as strtod reads it") {
+  const char* forms[] = {"1.", ".5", "-1E+02", "+3e-1", "007", "-0.0", "2.5e0", "1e29"};
+  std::string text = "ROWS\n N obj\nCOLUMNS\n";
+  for (std::size_t i = 0; i < std::size(forms); ++i) text += " x" + std::to_string(i) + " obj " + forms[i] + "\n";
+  const Problem p = read_mps_string(text + "ENDATA\n");
+  for (std::size_t i = 0; i < std::size(forms); ++i) CHECK(p.obj(static_cast<int>(i)) == std::strtod(forms[i], nullptr));
+}
+
 TEST_CASE("milp mps: free form without set names, OBJSENSE MAX on one line, OBJNAME") {
   const Problem p = read_mps_string(
       "NAME\nOBJSENSE MAX\nOBJNAME\n  obj2\nROWS\n N obj\n N obj2\n L c1\nCOLUMNS\n x obj 5 obj2 1\n x c1 2\n"
@@ -182,6 +190,24 @@ TEST_CASE("milp mps: malformed input names the line and what was expected") {
       {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRANGES\n R obj 2\nENDATA\n", "RANGES row = \"obj\""},
       {"ROWS\n N obj\nCOLUMNS\n x obj nan\nENDATA\n", "expected a number"},
       {"ROWS\n N obj\nCOLUMNS\n x obj 1e400\nENDATA\n", "expected a finite number"},
+      // Finite, but at or beyond MPS's infinity: the message states the cap.
+      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRHS\n RHS c 1e308\nENDATA\n",
+       "RHS of c = \"1e308\": expected a finite number of magnitude below 1e30"},
+      {"ROWS\n N obj\nCOLUMNS\n x obj -1e300\nENDATA\n", "expected a finite number of magnitude below 1e30"},
+      // strtod's other readings (hexadecimal, inf, nan) are no MPS numbers.
+      {"ROWS\n N obj\nCOLUMNS\n x obj 0x10\nENDATA\n", "coefficient of x = \"0x10\": expected a number"},
+      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRHS\n RHS c infinity\nENDATA\n", "RHS of c = \"infinity\": expected a number"},
+      {"ROWS\n N obj\nCOLUMNS\n x obj 1.e\nENDATA\n", "expected a number"},
+      {"ROWS\n N obj\nCOLUMNS\n x obj .\nENDATA\n", "expected a number"},
+      // Integer markers pair up, and a value is given once per row.
+      {"ROWS\n N obj\nCOLUMNS\n M 'MARKER' 'INTORG'\n x obj 1\nRHS\nENDATA\n",
+       "MARKER = \"'INTORG'\": expected an 'INTEND' marker before RHS"},
+      {"ROWS\n N obj\nCOLUMNS\n M 'MARKER' 'INTORG'\n x obj 1\nENDATA\n", "an 'INTEND' marker before ENDATA"},
+      {"ROWS\n N obj\nCOLUMNS\n M 'MARKER' 'INTORG'\n M 'MARKER' 'INTORG'\nENDATA\n", "markers do not nest"},
+      {"ROWS\n N obj\nCOLUMNS\n M 'MARKER' 'INTEND'\nENDATA\n", "MARKER = \"'INTEND'\": expected 'INTORG' before it"},
+      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRHS\n RHS c 1 c 2\nENDATA\n", "RHS row = \"c\": expected one right-hand side per row"},
+      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRHS\n RHS obj 1\n RHS obj 2\nENDATA\n", "RHS row = \"obj\": expected one"},
+      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRANGES\n R c 1\n R c 2\nENDATA\n", "RANGES row = \"c\": expected one range per row"},
       {"OBJSENSE\n  UP\nROWS\nENDATA\n", "MPS line 2: OBJSENSE = \"UP\""},
       {"ROWS\n N obj\n L obj\nENDATA\n", "MPS line 3: row name = \"obj\": expected a name not used before"},
       {"ROWS\n N obj\nCOLUMNS\n x obj 1\nBOUNDS\n BV BND x 3\nENDATA\n", "MPS line 6: BV bound of x"},

@@ -60,6 +60,9 @@ echo '{"groups": -1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "atte
 yes 'COLUMNS' | head -c 268435456 | gzip -9 >"$d/bomb.mps.gz"
 yes 'abcdefgh' | head -c 268435456 | gzip -9 >"$d/bomb.txt.gz"
 printf 'NAME x\nROWS\n N obj\nCOLUMNS\n x obj 1e999\nENDATA\n' >"$d/overflow.mps"
+printf 'NAME x\nROWS\n N obj\nCOLUMNS\n x obj 0x10\nENDATA\n' >"$d/hex.mps"
+printf "NAME x\nROWS\n N obj\nCOLUMNS\n M 'MARKER' 'INTORG'\n x obj 1\nENDATA\n" >"$d/open_marker.mps"
+printf 'NAME x\nROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRANGES\n R c 1\n R c 2\nENDATA\n' >"$d/ranges_twice.mps"
 # Control bytes in a token: the error escapes them (\xNN) instead of echoing them.
 printf 'NAME x\nROWS\n Q\001\033[2J obj\nCOLUMNS\n x obj 1\nENDATA\n' >"$d/control.mps"
 printf '\x93NUMPY\x01\x00\x76\x00{'"'"'descr'"'"': '"'"'<i4'"'"', '"'"'fortran_order'"'"': False, '"'"'shape'"'"': (4294967296, 4294967296, 8), }' >"$d/huge_shape.npy"

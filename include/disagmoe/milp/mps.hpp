@@ -134,13 +134,35 @@ class MpsReader {
     const std::string s(tok);
     char* end = nullptr;
     const double v = std::strtod(s.c_str(), &end);
-    if (s.empty() || end != s.c_str() + s.size() || std::isnan(v))
+    if (s.empty() || end != s.c_str() + s.size() || std::isnan(v) || !decimal(s))
       error(field, tok, "a number");
     return v;
   }
+  // A decimal number as MPS writes one: [sign] digits [. digits] [e [sign] digits],
+  // with digits on at least one side of the point. strtod also reads hexadecimal,
+  // "inf" and "nan", which no MPS file means.
+  static bool decimal(std::string_view s) {
+    std::size_t i = 0, digits = 0;
+    const auto run = [&] {
+      const std::size_t from = i;
+      while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+      return i - from;
+    };
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    digits += run();
+    if (i < s.size() && s[i] == '.') ++i, digits += run();
+    if (digits == 0) return false;
+    if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+      ++i;
+      if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+      if (run() == 0) return false;
+    }
+    return i == s.size();
+  }
   double finite_number(std::string_view tok, std::string_view field) const {
     const double v = number(tok, field);
-    if (!std::isfinite(v) || std::abs(v) >= kMpsInfinity) error(field, tok, "a finite number");
+    if (!std::isfinite(v) || std::abs(v) >= kMpsInfinity)
+      error(field, tok, "a finite number of magnitude below 1e30 (MPS reads 1e30 and beyond as infinity)");
     return v;
   }
   // RHS/RANGES/BOUNDS values: |v| >= 1e30 is infinity.
@@ -172,6 +194,7 @@ class MpsReader {
   bool header(std::string_view line) {
     const auto tok = split(line);
     const std::string key = upper(tok[0]);
+    if (in_int_) error("MARKER", "'INTORG'", "an 'INTEND' marker before " + key);
     if (key == "ENDATA") return true;
     if (key == "NAME") {
       if (seen_name_) error("section", key, "NAME at most once");
@@ -260,7 +283,7 @@ class MpsReader {
       }
     }
     row_index_.emplace(name, static_cast<int>(rows_.size()));
-    rows_.push_back({name, t, 0.0, std::nan("")});
+    rows_.push_back({name, t, 0.0, std::nan(""), false});
   }
 
   int find_row(std::string_view name) const {
@@ -273,8 +296,10 @@ class MpsReader {
     if (f.size() == 3 && upper(f[1]) == "'MARKER'") {
       const std::string m = upper(f[2]);
       if (m == "'INTORG'") {
+        if (in_int_) error("MARKER", f[2], "'INTEND' first (integer markers do not nest)");
         in_int_ = true;
       } else if (m == "'INTEND'") {
+        if (!in_int_) error("MARKER", f[2], "'INTORG' before it");
         in_int_ = false;
       } else {
         error("MARKER", f[2], "'INTORG' or 'INTEND'");
@@ -314,11 +339,14 @@ class MpsReader {
         const double v = bound_number(f[k + 1], "range of " + std::string(f[k]));
         if (rows_[r].type == 'N' || rows_[r].type == 'X')
           error("RANGES row", f[k], "a constraint row (L, G or E), not an N row");
+        if (!std::isnan(rows_[r].range)) error("RANGES row", f[k], "one range per row (given twice)");
         rows_[r].range = v;
-      } else if (r == obj_row_) {
-        offset_ = -finite_number(f[k + 1], "RHS of objective " + std::string(f[k]));
       } else {
-        rows_[r].rhs = finite_number(f[k + 1], "RHS of " + std::string(f[k]));
+        // Given twice, the last value would win without a word: refused instead.
+        if (rows_[r].rhs_given) error("RHS row", f[k], "one right-hand side per row (given twice)");
+        rows_[r].rhs_given = true;
+        if (r == obj_row_) offset_ = -finite_number(f[k + 1], "RHS of objective " + std::string(f[k]));
+        else rows_[r].rhs = finite_number(f[k + 1], "RHS of " + std::string(f[k]));
       }
     }
   }
@@ -456,6 +484,7 @@ class MpsReader {
     char type;  // N (objective), X (dropped N), L, G, E
     double rhs;
     double range;  // NaN: none
+    bool rhs_given = false;
   };
 
   std::string_view text_;

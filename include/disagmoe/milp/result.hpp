@@ -106,7 +106,7 @@ struct CutCounts {
 };
 
 /// Outcome of `solve`. `objective` is NaN and `solution` empty when no solution was
-/// found; `bound` is the proven bound on the optimum (lower for minimisation, upper for
+/// found (a problem without columns has an empty solution and a finite objective); `bound` is the proven bound on the optimum (lower for minimisation, upper for
 /// maximisation); gap = |objective - bound| / max(|objective|, 1e-10), +inf without a
 /// solution (the CPLEX definition).
 struct Result {
@@ -122,7 +122,7 @@ struct Result {
   /// Root LP bound before and after the cuts (problem's sense; NaN when not reached).
   double root_bound = std::nan(""), root_bound_cuts = std::nan("");
   CutCounts cuts;  ///< root cuts added (also those later dropped as slack)
-  bool has_solution() const { return !solution.empty(); }
+  bool has_solution() const { return !std::isnan(objective); }
 };
 
 }  // namespace disagmoe::milp

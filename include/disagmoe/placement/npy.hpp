@@ -195,7 +195,8 @@ inline NpyHeader read_npy_header(std::istream& in, std::string_view name) {
   if (fortran != "False") detail::npy_fail(name, "header.fortran_order", fortran, "False");
   h.shape = detail::npy_parse_shape(name, detail::npy_dict_value(dict, "shape"));
 
-  // Truncation check before anyone allocates: the product must fit in the file.
+  // Truncation check before anyone allocates: the product must fit in the file (an
+  // empty dimension needs no bytes, whatever the others say).
   const std::uint64_t available = total - static_cast<std::uint64_t>(h.data_offset);
   std::uint64_t count = 1;
   for (const std::int64_t dim : h.shape) {
@@ -206,6 +207,7 @@ inline NpyHeader read_npy_header(std::istream& in, std::string_view name) {
     }
     count *= u;
   }
+  if (std::find(h.shape.begin(), h.shape.end(), std::int64_t{0}) != h.shape.end()) count = 0;
   const bool fits = count != std::numeric_limits<std::uint64_t>::max() &&
                     count <= available / static_cast<std::uint64_t>(h.item_bytes);
   if (!fits) {
@@ -217,6 +219,16 @@ inline NpyHeader read_npy_header(std::istream& in, std::string_view name) {
   }
   h.element_count = static_cast<std::int64_t>(count);
   return h;
+}
+
+/// The element of `h`'s integer dtype at `src` in decimal, as the file holds it (an
+/// unsigned 64-bit value above 2^63-1 too, which npy_decode_integers maps to -1).
+inline std::string npy_integer_text(const NpyHeader& h, const unsigned char* src) {
+  std::uint64_t u = 0;
+  for (int j = 0; j < h.item_bytes; ++j) u |= static_cast<std::uint64_t>(src[j]) << (8 * j);
+  if (h.kind != NpyKind::kSigned) return std::to_string(u);
+  const int shift = 64 - 8 * h.item_bytes;  // sign-extend from the element's width
+  return std::to_string(static_cast<std::int64_t>(u << shift) >> shift);
 }
 
 /// Decodes `count` elements of `h`'s dtype from `src` (raw little-endian bytes) into

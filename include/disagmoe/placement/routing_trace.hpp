@@ -207,7 +207,8 @@ class TraceReader {
                                                         static_cast<int>((i % row) / static_cast<std::size_t>(top_k_)),
                                                         static_cast<int>(i % static_cast<std::size_t>(top_k_))) +
                                      " expert id",
-                                 wide[i], "0 <= id < num_experts (" + std::to_string(num_experts_) + ")"));
+                                 Verbatim{npy_integer_text(ids_header_, raw.data() + i * static_cast<std::size_t>(ids_header_.item_bytes))},
+                                 "0 <= id < num_experts (" + std::to_string(num_experts_) + ")"));
         }
         ids[i] = static_cast<ExpertId>(wide[i]);
       }

@@ -3,7 +3,9 @@
 /// Checkpoints of a trainer, in a directory:
 ///  - `model.safetensors`: every parameter under its Hugging Face name (safetensors.hpp),
 ///    so that `MixtralForCausalLM` loads a model of Mixtral's shape;
-///  - `config.json`: the model's configuration, written as given by the caller;
+///  - `config.json`: the model's configuration, written as given by the caller, for
+///    Hugging Face tools; loading never reads it (the shapes and settings it needs are
+///    checked from the other two files);
 ///  - `trainer_state.bin`: the AdamW moments of every parameter ("m:" / "v:" + name), the
 ///    step, the data sampler's RNG state, a fingerprint of the parameter names and
 ///    shapes and a hash of the weights, in the checksummed state file of state_file.hpp.
