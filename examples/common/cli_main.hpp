@@ -93,7 +93,7 @@ using OptionName = std::pair<std::string_view, std::string_view>;
 /// Runs `f`; a ConfigError it throws names the program's options where the library
 /// named its own fields: with {"DisaggregatedOptions.pairs", "--pairs"},
 /// "DisaggregatedOptions.pairs = 2: ..." (a --pairs derived from the world) reads
-/// "--pairs = 2: ...". Whole words only; `names` longest first. The library's checks
+/// "--pairs = 2: ...". Whole words outside quoted values only; `names` longest first. The library's checks
 /// stay the one source of truth, and a library user still sees its fields.
 template <std::size_t N, class F>
 decltype(auto) in_option_terms(const OptionName (&names)[N], F&& f) {
@@ -105,9 +105,11 @@ decltype(auto) in_option_terms(const OptionName (&names)[N], F&& f) {
     };
     const std::string_view text = e.what();
     std::string out;
+    bool quoted = false;  // inside a "value": the user's text, never renamed
     for (std::size_t i = 0; i < text.size();) {
       const OptionName* hit = nullptr;
-      if (i == 0 || !word(text[i - 1]))
+      if (text[i] == '"') quoted = !quoted;
+      if (!quoted && (i == 0 || !word(text[i - 1])))
         for (const OptionName& n : names)
           if (text.substr(i).starts_with(n.first) && (i + n.first.size() == text.size() || !word(text[i + n.first.size()]))) {
             hit = &n;

@@ -90,8 +90,13 @@ constexpr disagmoe::cli::OptionName kSyntheticOptionNames[] = {
     {"SyntheticTraceSpec.layers", "--layers"},
     {"SyntheticTraceSpec.tokens", "--tokens"},
     {"SyntheticTraceSpec.top_k", "--top-k"},
+    {"RoutingTrace.num_experts", "--experts"},
+    {"RoutingTrace.layers", "--layers"},
+    {"RoutingTrace.tokens", "--tokens"},
+    {"RoutingTrace.top_k", "--top-k"},
     {"num_experts", "--experts"},
-    {"group_size", "--group-size"}};
+    {"group_size", "--group-size"},
+    {"top_k", "--top-k"}};
 
 int generate(const Args& a) {
   SyntheticTraceSpec s = a.synth;

@@ -161,6 +161,15 @@ inline constexpr cli::OptionName kDisaggregatedOptionNames[] = {
     {"ffn_ranks", "--ffn-ranks"},
     {"group_size", "--group-size"}};
 
+/// What the library checks of `opt` before a worker starts (the schedule can run `spec`
+/// on its world of ranks), in this program's option names.
+inline void expect_runnable(const rt::DisaggregatedOptions& opt, const ModelSpec& spec, int micro_batches) {
+  cli::in_option_terms(kDisaggregatedOptionNames, [&] {
+    rt::validate(opt, spec, rt::world_size(opt));
+    (void)rt::build_schedule(spec, opt, micro_batches);
+  });
+}
+
 /// Checks the options before any worker starts (on loopback also what the schedule
 /// cannot run; under MPI every rank checks that when it builds its trainer).
 inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec& spec, int micro_batch,
@@ -254,11 +263,7 @@ inline void check_disaggregated_args(const DisaggregatedArgs& d, const ModelSpec
     expect(threads <= kMaxLoopbackRanks, "--attention-ranks", d.attention_ranks,
            "a size whose --pairs x (--attention-ranks + --ffn-ranks) = " + std::to_string(threads) +
                " worker threads is at most " + std::to_string(kMaxLoopbackRanks) + " (use --transport mpi)");
-    const auto opt = disaggregated_options(d, static_cast<int>(threads));
-    cli::in_option_terms(kDisaggregatedOptionNames, [&] {
-      rt::validate(opt, spec, rt::world_size(opt));
-      (void)rt::build_schedule(spec, opt, micro_batches);
-    });
+    expect_runnable(disaggregated_options(d, static_cast<int>(threads)), spec, micro_batches);
   }
 }
 
@@ -490,10 +495,9 @@ RunOutcome train_disaggregated(const DisaggregatedArgs& d, const RunInputs& in, 
                         : "a multiple of --attention-ranks + --ffn-ranks (" + std::to_string(group) +
                               "): p pairs of workers");
   const auto opt = disaggregated_options(d, world.size());
-  cli::in_option_terms(kDisaggregatedOptionNames, [&] {  // each rank checks the options against the world when it builds its trainer
-    rt::visit_schedule(opt, [&](const auto& policy) {
-      rank_loop(policy, world, in, opt, full, data_rng, &data_rng, out, d.trace, d.replace_every, d.replace_horizon);
-    });
+  expect_runnable(opt, in.spec, in.train.micro_batches);  // the world is known only here
+  rt::visit_schedule(opt, [&](const auto& policy) {
+    rank_loop(policy, world, in, opt, full, data_rng, &data_rng, out, d.trace, d.replace_every, d.replace_horizon);
   });
 #endif
   return out;

@@ -206,6 +206,11 @@ TEST_CASE("a plan read back is the planner's allocation; anything else is a name
   CHECK(error_of([&] { plan::allocation_from_json(edited, m, c); }) ==
         "$.seq_len = \"" + std::to_string(m.seq_len) + "\": expected the sequence length of this run (" +
             std::to_string(m.seq_len) + "): plan again for it");
+  edited["seq_len"] = static_cast<double>(m.seq_len);  // nor as a float
+  CHECK(error_of([&] { plan::allocation_from_json(edited, m, c); }).starts_with("$.seq_len = "));
+  edited = j;  // a double of the spec written as an integer is the same value
+  edited["cluster_spec"]["nic_bandwidth"] = static_cast<std::int64_t>(c.nic_bandwidth);
+  CHECK(plan::allocation_from_json(edited, m, c) == p.allocation);
   edited = j;
   edited["model_spec"].erase("top_k");
   CHECK(error_of([&] { plan::allocation_from_json(edited, m, c); }) ==

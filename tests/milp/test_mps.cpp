@@ -127,6 +127,17 @@ TEST_CASE("milp mps: every section and bound type") {
   CHECK(r.value[0] == -1.0);
 }
 
+TEST_CASE("milp mps: inf and infinity are free bounds and ranges, in any case and sign") {
+  const Problem p = read_mps_string(
+      "ROWS\n N obj\n L c\nCOLUMNS\n x obj 1 c 1\n y obj 1\n nan obj 1\nRHS\n RHS c 4\nRANGES\n RNG c Infinity\n"
+      "BOUNDS\n UP BND x inf\n LO BND x -INF\n MI BND y\n UP BND y +infinity\n BV BND nan\nENDATA\n");
+  CHECK(p.lb(0) == -kInf);
+  CHECK(p.ub(0) == kInf);
+  CHECK(p.ub(1) == kInf);
+  CHECK(p.row_lo(0) == -kInf);  // an L row's range of infinity reaches down without end
+  CHECK((p.is_integer(2) && p.ub(2) == 1.0));  // "BV BND nan": a column named nan, no value
+}
+
 TEST_CASE("milp mps: every decimal form reads as strtod reads it") {
   const char* forms[] = {"1.", ".5", "-1E+02", "+3e-1", "007", "-0.0", "2.5e0", "1e29"};
   std::string text = "ROWS\n N obj\nCOLUMNS\n";
@@ -208,6 +219,9 @@ TEST_CASE("milp mps: malformed input names the line and what was expected") {
       {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRHS\n RHS c 1 c 2\nENDATA\n", "RHS row = \"c\": expected one right-hand side per row"},
       {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRHS\n RHS obj 1\n RHS obj 2\nENDATA\n", "RHS row = \"obj\": expected one"},
       {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRANGES\n R c 1\n R c 2\nENDATA\n", "RANGES row = \"c\": expected one range per row"},
+      {"ROWS\n N obj\n L c\n L d\nCOLUMNS\n x c 1\nRHS\n RHS1 c 5\n RHS2 d 7\nENDATA\n",
+       "RHS set = \"RHS2\": expected the file's one RHS set (\"RHS1\" came first"},
+      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nBOUNDS\n UP BND x nan\nENDATA\n", "UP bound of x = \"nan\": expected a number"},
       {"OBJSENSE\n  UP\nROWS\nENDATA\n", "MPS line 2: OBJSENSE = \"UP\""},
       {"ROWS\n N obj\n L obj\nENDATA\n", "MPS line 3: row name = \"obj\": expected a name not used before"},
       {"ROWS\n N obj\nCOLUMNS\n x obj 1\nBOUNDS\n BV BND x 3\nENDATA\n", "MPS line 6: BV bound of x"},

@@ -54,6 +54,8 @@ echo '{"model": "olmoe-1b-7b", "cluster": "h100", "embedding_head": 1, "allocati
 echo '{"model": "olmoe-1b-7b", "cluster": "h100", "model_spec": {"attention_bias":false,"dense_ffn":0,"dtype":"bf16","expert_ffn":1024,"experts":64,"first_dense_layers":0,"head_dim":128,"heads":16,"hidden":2048,"kv_heads":16,"layers":16,"micro_batch":1,"moe_layer_interval":1,"name":"olmoe-1b-7b","qk_norm":true,"seq_len":4096,"shared_expert_ffn":0,"shared_experts":0,"sliding_window":0,"sliding_window_interval":1,"tied_embeddings":false,"top_k":8,"vocab":50304}, "allocation": {"groups": 1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}}' >"$d/plan_with_spec.json"
 echo '{"preset": "olmoe-1b-7b", "first_dense_layers": 16, "dense_ffn": 8192}' >"$d/dense_olmoe.json"
 echo '{"preset": "olmoe-1b-7b", "layers": 2000000000, "layers": 4}' >"$d/duplicate_key.json"
+# A user's value that reads like a library field: never renamed into an option.
+echo '{"preset": "h100", "name": "context_parallel"}' >"$d/context_parallel_name.json"
 echo '{"groups": 1.5, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}' >"$d/plan_float.json"
 echo '{"groups": -1, "attention_gpus_per_node": 4, "ffn_gpus_per_node": 4, "attention_nics_per_node": 0, "ffn_nics_per_node": 0}' >"$d/plan_negative.json"
 # A gzip bomb: 64 KiB that inflates to 256 MiB of one repeated MPS-looking line.

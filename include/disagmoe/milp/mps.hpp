@@ -162,11 +162,15 @@ class MpsReader {
   double finite_number(std::string_view tok, std::string_view field) const {
     const double v = number(tok, field);
     if (!std::isfinite(v) || std::abs(v) >= kMpsInfinity)
-      error(field, tok, "a finite number of magnitude below 1e30 (MPS reads 1e30 and beyond as infinity)");
+      error(field, tok, "a finite number of magnitude below 1e30 (1e30 is MPS's infinity)");
     return v;
   }
-  // RHS/RANGES/BOUNDS values: |v| >= 1e30 is infinity.
+  // RANGES/BOUNDS values: |v| >= 1e30 is infinity, and so are "inf" and "infinity"
+  // (any case, signed), which some writers print for a free bound.
   double bound_number(std::string_view tok, std::string_view field) const {
+    const bool negative = !tok.empty() && tok[0] == '-';
+    const std::string word = upper(!tok.empty() && (tok[0] == '-' || tok[0] == '+') ? tok.substr(1) : tok);
+    if (word == "INF" || word == "INFINITY") return negative ? -kInf : kInf;
     const double v = number(tok, field);
     if (v >= kMpsInfinity) return kInf;
     if (v <= -kMpsInfinity) return -kInf;
@@ -333,6 +337,14 @@ class MpsReader {
     const char* what = ranges ? "RANGES line" : "RHS line";
     if (f.size() < 2 || f.size() > 5) error(what, f.empty() ? "" : f[0], "[set] row value [row value]");
     const std::size_t first = f.size() % 2 == 1 ? 1 : 0;
+    if (first == 1) {  // several named sets are alternative vectors: this reader takes one
+      std::string& set = ranges ? ranges_set_ : rhs_set_;
+      if (set.empty()) set = std::string(f[0]);
+      if (f[0] != set)
+        error(ranges ? "RANGES set" : "RHS set", f[0],
+              std::string("the file's one ") + (ranges ? "RANGES" : "RHS") + " set (\"" + set +
+                  "\" came first; several sets are alternatives, and this reader takes one)");
+    }
     for (std::size_t k = first; k + 1 < f.size(); k += 2) {
       const int r = find_row(f[k]);
       if (ranges) {
@@ -380,10 +392,7 @@ class MpsReader {
       if (f.size() == 4) {
         col = f[2], val = f[3];
       } else if (f.size() == 3) {
-        char* end = nullptr;
-        const std::string last(f[2]);
-        std::strtod(last.c_str(), &end);
-        if (end == last.c_str() + last.size()) {
+        if (decimal(f[2])) {  // "BV x 1" has a value; "BV BND x" (or a column named nan) has a set
           col = f[1], val = f[2];
         } else {
           col = f[2];
@@ -493,7 +502,7 @@ class MpsReader {
   Section section_ = Section::kNone;
   Section last_data_section_ = Section::kNone;
   bool seen_name_ = false, maximize_ = false, in_int_ = false;
-  std::string name_, obj_name_;
+  std::string name_, obj_name_, rhs_set_, ranges_set_;
   int obj_row_ = -1;
   double offset_ = 0;
   std::vector<RowInfo> rows_;

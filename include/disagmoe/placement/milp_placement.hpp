@@ -131,7 +131,7 @@ inline MilpPlacement milp_placement(const CouplingWeights& w, Topology topo, dou
         if (l + 1 < L && w.trans_row(l, a)[b] > 0) link(l, a, l + 1, b, w.trans_row(l, a)[b]);
       }
   const milp::Result r = milp::solve(p, options);
-  if (r.solution.empty()) {
+  if (!r.has_solution()) {
     // A limit that ends the search before its first placement, or a load tolerance no
     // placement meets, is the caller's setting; anything else is the solver's fault.
     if (r.status == milp::Status::kTimeLimit)
