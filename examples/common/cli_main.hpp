@@ -11,8 +11,8 @@
 
 #include <cctype>
 #include <cerrno>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -111,7 +111,8 @@ decltype(auto) in_option_terms(const OptionName (&names)[N], F&& f) {
       if (text[i] == '"') quoted = !quoted;
       if (!quoted && (i == 0 || !word(text[i - 1])))
         for (const OptionName& n : names)
-          if (text.substr(i).starts_with(n.first) && (i + n.first.size() == text.size() || !word(text[i + n.first.size()]))) {
+          if (text.substr(i).starts_with(n.first) &&
+              (i + n.first.size() == text.size() || !word(text[i + n.first.size()]))) {
             hit = &n;
             break;
           }

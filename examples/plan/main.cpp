@@ -223,8 +223,8 @@ int main(int argc, char** argv) {
       if (!svg_path.empty()) {
         std::ofstream out(svg_path);
         expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
-        out << plan::RooflineModel(allocator.model(), p.allocation).svg(p.model.name + " on " + p.cluster.name + ", seq " +
-                                                                         std::to_string(p.seq_len));
+        out << plan::RooflineModel(allocator.model(), p.allocation)
+                   .svg(p.model.name + " on " + p.cluster.name + ", seq " + std::to_string(p.seq_len));
         out.flush();  // a write error of the buffered tail shows only here
         expect<IoError>(static_cast<bool>(out), "--svg", svg_path, "a writable file");
       }

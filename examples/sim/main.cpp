@@ -237,9 +237,11 @@ int main(int argc, char** argv) {
       // The SMs the plan gave the comm kernels (disagmoe-plan --sm-fraction), unless given
       // here: part of the cluster the plan saved and is checked against.
       if (!app.count("--sm-fraction") && plan_json->is_object() && plan_json->contains("cluster_spec") &&
-          plan_json->at("cluster_spec").is_object() && plan_json->at("cluster_spec").contains("kernel_comm_sm_fraction")) {
+          plan_json->at("cluster_spec").is_object() &&
+          plan_json->at("cluster_spec").contains("kernel_comm_sm_fraction")) {
         const std::string at = plan_file + ":$.cluster_spec.kernel_comm_sm_fraction";
-        dz::io::detail::read_value(plan_json->at("cluster_spec").at("kernel_comm_sm_fraction"), at, c.kernel_comm_sm_fraction);
+        dz::io::detail::read_value(plan_json->at("cluster_spec").at("kernel_comm_sm_fraction"), at,
+                                   c.kernel_comm_sm_fraction);
         dz::expect_finite_in(at, c.kernel_comm_sm_fraction, 0, 1, true);
       }
     }

@@ -144,7 +144,8 @@ TEST_CASE("hostile JSON files: depth, huge values, overflowing numbers and non-f
 
 TEST_CASE("a key given twice in one object is an error naming its path; the same key in two objects is not") {
   const auto parse = [](const std::string& text) { return io::parse_json_text(text, "t.json"); };
-  const std::string twice = "t.json:$.layers = \"(a key given twice)\": expected each key at most once in an object";
+  const std::string twice =
+      "t.json:$.layers = \"(a key given twice)\": expected each key at most once in an object";
   CHECK(error_of([&] { parse(R"({"preset": "olmoe-1b-7b", "layers": 2000000000, "layers": 4})"); }) == twice);
   CHECK(error_of([&] { parse(R"({"gpu": {"hbm_bytes": 1, "hbm_bytes": 2}})"); }) ==
         "t.json:$.gpu.hbm_bytes = \"(a key given twice)\": expected each key at most once in an object");
@@ -154,7 +155,8 @@ TEST_CASE("a key given twice in one object is an error naming its path; the same
   CHECK(error_of([&] { parse(R"([{"x": {"y": [0]}, "z": 1, "x": 2}])"); }) ==
         "t.json:$[0].x = \"(a key given twice)\": expected each key at most once in an object");
   // One key in sibling or nested objects, and a key equal to a value, are fine.
-  const Json ok = parse(R"({"a": {"k": 1}, "b": {"k": 2, "a": {"k": 3}}, "k": "k", "l": [{"k": 1}, {"k": 2}]})");
+  const Json ok =
+      parse(R"({"a": {"k": 1}, "b": {"k": 2, "a": {"k": 3}}, "k": "k", "l": [{"k": 1}, {"k": 2}]})");
   CHECK(ok["b"]["a"]["k"] == 3);
   CHECK(ok["l"][1]["k"] == 2);
 }
@@ -200,7 +202,9 @@ TEST_CASE("a plan read back is the planner's allocation; anything else is a name
   CHECK(plan::allocation_from_json(j, other_batch, c) == p.allocation);
   ClusterSpec small_hbm = c;
   small_hbm.gpu.hbm_bytes /= 2;
-  CHECK(error_of([&] { plan::allocation_from_json(j, m, small_hbm); }).starts_with("$.cluster_spec.gpu.hbm_bytes = "));
+  CHECK(error_of([&] {
+          plan::allocation_from_json(j, m, small_hbm);
+        }).starts_with("$.cluster_spec.gpu.hbm_bytes = "));
   Json edited = j;
   edited["seq_len"] = std::to_string(m.seq_len);  // the right number as a string is not the run's
   CHECK(error_of([&] { plan::allocation_from_json(edited, m, c); }) ==

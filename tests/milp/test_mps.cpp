@@ -129,21 +129,24 @@ TEST_CASE("milp mps: every section and bound type") {
 
 TEST_CASE("milp mps: inf and infinity are free bounds and ranges, in any case and sign") {
   const Problem p = read_mps_string(
-      "ROWS\n N obj\n L c\nCOLUMNS\n x obj 1 c 1\n y obj 1\n nan obj 1\nRHS\n RHS c 4\nRANGES\n RNG c Infinity\n"
+      "ROWS\n N obj\n L c\nCOLUMNS\n x obj 1 c 1\n y obj 1\n nan obj 1\nRHS\n RHS c 4\nRANGES\n RNG c "
+      "Infinity\n"
       "BOUNDS\n UP BND x inf\n LO BND x -INF\n MI BND y\n UP BND y +infinity\n BV BND nan\nENDATA\n");
   CHECK(p.lb(0) == -kInf);
   CHECK(p.ub(0) == kInf);
   CHECK(p.ub(1) == kInf);
-  CHECK(p.row_lo(0) == -kInf);  // an L row's range of infinity reaches down without end
+  CHECK(p.row_lo(0) == -kInf);                 // an L row's range of infinity reaches down without end
   CHECK((p.is_integer(2) && p.ub(2) == 1.0));  // "BV BND nan": a column named nan, no value
 }
 
 TEST_CASE("milp mps: every decimal form reads as strtod reads it") {
   const char* forms[] = {"1.", ".5", "-1E+02", "+3e-1", "007", "-0.0", "2.5e0", "1e29"};
   std::string text = "ROWS\n N obj\nCOLUMNS\n";
-  for (std::size_t i = 0; i < std::size(forms); ++i) text += " x" + std::to_string(i) + " obj " + forms[i] + "\n";
+  for (std::size_t i = 0; i < std::size(forms); ++i)
+    text += " x" + std::to_string(i) + " obj " + forms[i] + "\n";
   const Problem p = read_mps_string(text + "ENDATA\n");
-  for (std::size_t i = 0; i < std::size(forms); ++i) CHECK(p.obj(static_cast<int>(i)) == std::strtod(forms[i], nullptr));
+  for (std::size_t i = 0; i < std::size(forms); ++i)
+    CHECK(p.obj(static_cast<int>(i)) == std::strtod(forms[i], nullptr));
 }
 
 TEST_CASE("milp mps: free form without set names, OBJSENSE MAX on one line, OBJNAME") {
@@ -190,7 +193,8 @@ TEST_CASE("milp mps: malformed input names the line and what was expected") {
   const Case cases[] = {
       {"ROWS\n N obj\n Q r\nENDATA\n", "MPS line 3: row type = \"Q\": expected one of N L G E"},
       {"ROWS\n N obj\nCOLUMNS\n x nosuch 1\nENDATA\n", "MPS line 4: row name = \"nosuch\""},
-      {"ROWS\n N obj\nCOLUMNS\n x obj abc\nENDATA\n", "MPS line 4: coefficient of x = \"abc\": expected a number"},
+      {"ROWS\n N obj\nCOLUMNS\n x obj abc\nENDATA\n",
+       "MPS line 4: coefficient of x = \"abc\": expected a number"},
       {"ROWS\n N obj\nCOLUMNS\n x obj 1\nBOUNDS\n XX BND x 1\nENDATA\n", "MPS line 6: bound type = \"XX\""},
       {"ROWS\n N obj\nCOLUMNS\n x obj 1\nBOUNDS\n UP BND y 1\nENDATA\n", "MPS line 6: bound column = \"y\""},
       {"ROWS\n N obj\nCOLUMNS\n x obj 1\n", "end of file"},
@@ -207,7 +211,8 @@ TEST_CASE("milp mps: malformed input names the line and what was expected") {
       {"ROWS\n N obj\nCOLUMNS\n x obj -1e300\nENDATA\n", "expected a finite number of magnitude below 1e30"},
       // strtod's other readings (hexadecimal, inf, nan) are no MPS numbers.
       {"ROWS\n N obj\nCOLUMNS\n x obj 0x10\nENDATA\n", "coefficient of x = \"0x10\": expected a number"},
-      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRHS\n RHS c infinity\nENDATA\n", "RHS of c = \"infinity\": expected a number"},
+      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRHS\n RHS c infinity\nENDATA\n",
+       "RHS of c = \"infinity\": expected a number"},
       {"ROWS\n N obj\nCOLUMNS\n x obj 1.e\nENDATA\n", "expected a number"},
       {"ROWS\n N obj\nCOLUMNS\n x obj .\nENDATA\n", "expected a number"},
       // Integer markers pair up, and a value is given once per row.
@@ -215,13 +220,18 @@ TEST_CASE("milp mps: malformed input names the line and what was expected") {
        "MARKER = \"'INTORG'\": expected an 'INTEND' marker before RHS"},
       {"ROWS\n N obj\nCOLUMNS\n M 'MARKER' 'INTORG'\n x obj 1\nENDATA\n", "an 'INTEND' marker before ENDATA"},
       {"ROWS\n N obj\nCOLUMNS\n M 'MARKER' 'INTORG'\n M 'MARKER' 'INTORG'\nENDATA\n", "markers do not nest"},
-      {"ROWS\n N obj\nCOLUMNS\n M 'MARKER' 'INTEND'\nENDATA\n", "MARKER = \"'INTEND'\": expected 'INTORG' before it"},
-      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRHS\n RHS c 1 c 2\nENDATA\n", "RHS row = \"c\": expected one right-hand side per row"},
-      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRHS\n RHS obj 1\n RHS obj 2\nENDATA\n", "RHS row = \"obj\": expected one"},
-      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRANGES\n R c 1\n R c 2\nENDATA\n", "RANGES row = \"c\": expected one range per row"},
+      {"ROWS\n N obj\nCOLUMNS\n M 'MARKER' 'INTEND'\nENDATA\n",
+       "MARKER = \"'INTEND'\": expected 'INTORG' before it"},
+      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRHS\n RHS c 1 c 2\nENDATA\n",
+       "RHS row = \"c\": expected one right-hand side per row"},
+      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRHS\n RHS obj 1\n RHS obj 2\nENDATA\n",
+       "RHS row = \"obj\": expected one"},
+      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nRANGES\n R c 1\n R c 2\nENDATA\n",
+       "RANGES row = \"c\": expected one range per row"},
       {"ROWS\n N obj\n L c\n L d\nCOLUMNS\n x c 1\nRHS\n RHS1 c 5\n RHS2 d 7\nENDATA\n",
        "RHS set = \"RHS2\": expected the file's one RHS set (\"RHS1\" came first"},
-      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nBOUNDS\n UP BND x nan\nENDATA\n", "UP bound of x = \"nan\": expected a number"},
+      {"ROWS\n N obj\n L c\nCOLUMNS\n x c 1\nBOUNDS\n UP BND x nan\nENDATA\n",
+       "UP bound of x = \"nan\": expected a number"},
       {"OBJSENSE\n  UP\nROWS\nENDATA\n", "MPS line 2: OBJSENSE = \"UP\""},
       {"ROWS\n N obj\n L obj\nENDATA\n", "MPS line 3: row name = \"obj\": expected a name not used before"},
       {"ROWS\n N obj\nCOLUMNS\n x obj 1\nBOUNDS\n BV BND x 3\nENDATA\n", "MPS line 6: BV bound of x"},

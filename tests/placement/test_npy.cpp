@@ -159,13 +159,18 @@ TEST_CASE("bad files give one clear error naming the file, field and value") {
   }
   SUBCASE("huge unsigned id, named as the file holds it") {
     CHECK(error_of(npy_bytes<std::uint64_t>({0, ~0ULL, 2, 3}, {1, 2, 2}), 8) ==
-          "file 'bad.npy': token 0, layer 0, slot 1 expert id = 18446744073709551615: expected 0 <= id < num_experts (8)");
-    CHECK(error_of(npy_bytes<std::uint8_t>({0, 255, 2, 3}, {1, 2, 2}), 8).find("expert id = 255:") != std::string::npos);
-    CHECK(error_of(npy_bytes<std::int16_t>({0, -300, 2, 3}, {1, 2, 2}), 8).find("expert id = -300:") != std::string::npos);
+          "file 'bad.npy': token 0, layer 0, slot 1 expert id = 18446744073709551615: expected 0 <= id < "
+          "num_experts (8)");
+    CHECK(error_of(npy_bytes<std::uint8_t>({0, 255, 2, 3}, {1, 2, 2}), 8).find("expert id = 255:") !=
+          std::string::npos);
+    CHECK(error_of(npy_bytes<std::int16_t>({0, -300, 2, 3}, {1, 2, 2}), 8).find("expert id = -300:") !=
+          std::string::npos);
   }
   SUBCASE("an empty dimension is named, not taken for truncation") {
-    CHECK(error_of(npy_bytes<std::int32_t>({}, {3, 0, 2}), 8) == "file 'bad.npy': layers = 0: expected 1 <= layers <= 2^20");
-    CHECK(error_of(npy_bytes<std::int32_t>({}, {3, 2, 0}), 8).starts_with("file 'bad.npy': top_k = 0: expected"));
+    CHECK(error_of(npy_bytes<std::int32_t>({}, {3, 0, 2}), 8) ==
+          "file 'bad.npy': layers = 0: expected 1 <= layers <= 2^20");
+    CHECK(error_of(npy_bytes<std::int32_t>({}, {3, 2, 0}), 8)
+              .starts_with("file 'bad.npy': top_k = 0: expected"));
   }
   SUBCASE("repeated id in one top-k") {
     const std::string e = error_of(npy_bytes<std::int32_t>({0, 1, 2, 2}, {1, 2, 2}), 4);

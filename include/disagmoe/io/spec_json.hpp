@@ -15,16 +15,16 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <set>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <tuple>
-#include <utility>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace disagmoe::io {
@@ -227,9 +227,12 @@ class DuplicateKeyCheck {
     if ((event == E::object_start || event == E::array_start || event == E::value) && !frames_.empty() &&
         !frames_.back().object)
       ++frames_.back().index;  // the next element of the enclosing array begins
-    if (event == E::object_start) frames_.push_back({true});
-    else if (event == E::array_start) frames_.push_back({false});
-    else if (event == E::object_end || event == E::array_end) frames_.pop_back();
+    if (event == E::object_start)
+      frames_.push_back({true});
+    else if (event == E::array_start)
+      frames_.push_back({false});
+    else if (event == E::object_end || event == E::array_end)
+      frames_.pop_back();
     else if (event == E::key) {
       Frame& f = frames_.back();
       f.key = parsed.get<std::string>();

@@ -357,8 +357,10 @@ class MpsReader {
         // Given twice, the last value would win without a word: refused instead.
         if (rows_[r].rhs_given) error("RHS row", f[k], "one right-hand side per row (given twice)");
         rows_[r].rhs_given = true;
-        if (r == obj_row_) offset_ = -finite_number(f[k + 1], "RHS of objective " + std::string(f[k]));
-        else rows_[r].rhs = finite_number(f[k + 1], "RHS of " + std::string(f[k]));
+        if (r == obj_row_)
+          offset_ = -finite_number(f[k + 1], "RHS of objective " + std::string(f[k]));
+        else
+          rows_[r].rhs = finite_number(f[k + 1], "RHS of " + std::string(f[k]));
       }
     }
   }

@@ -106,9 +106,9 @@ struct CutCounts {
 };
 
 /// Outcome of `solve`. `objective` is NaN and `solution` empty when no solution was
-/// found (a problem without columns has an empty solution and a finite objective); `bound` is the proven bound on the optimum (lower for minimisation, upper for
-/// maximisation); gap = |objective - bound| / max(|objective|, 1e-10), +inf without a
-/// solution (the CPLEX definition).
+/// found (a problem without columns has an empty solution and a finite objective); `bound` is the proven
+/// bound on the optimum (lower for minimisation, upper for maximisation); gap = |objective - bound| /
+/// max(|objective|, 1e-10), +inf without a solution (the CPLEX definition).
 struct Result {
   Status status = Status::kInfeasible;
   double objective = std::nan("");

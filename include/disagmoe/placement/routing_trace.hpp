@@ -202,13 +202,15 @@ class TraceReader {
       npy_decode_integers(ids_header_, raw.data(), n, wide.data());
       for (std::size_t i = 0; i < n; ++i) {
         if (wide[i] < 0 || wide[i] >= num_experts_) {
-          throw IoError(detail::npy_where(ids_name_) + ": " +
-                        describe(RoutingTrace::position(first + static_cast<std::int64_t>(i / row),
-                                                        static_cast<int>((i % row) / static_cast<std::size_t>(top_k_)),
-                                                        static_cast<int>(i % static_cast<std::size_t>(top_k_))) +
-                                     " expert id",
-                                 Verbatim{npy_integer_text(ids_header_, raw.data() + i * static_cast<std::size_t>(ids_header_.item_bytes))},
-                                 "0 <= id < num_experts (" + std::to_string(num_experts_) + ")"));
+          throw IoError(
+              detail::npy_where(ids_name_) + ": " +
+              describe(RoutingTrace::position(first + static_cast<std::int64_t>(i / row),
+                                              static_cast<int>((i % row) / static_cast<std::size_t>(top_k_)),
+                                              static_cast<int>(i % static_cast<std::size_t>(top_k_))) +
+                           " expert id",
+                       Verbatim{npy_integer_text(
+                           ids_header_, raw.data() + i * static_cast<std::size_t>(ids_header_.item_bytes))},
+                       "0 <= id < num_experts (" + std::to_string(num_experts_) + ")"));
         }
         ids[i] = static_cast<ExpertId>(wide[i]);
       }

@@ -206,12 +206,13 @@ class AdaptiveAllocator {
     bool any = false;
     for_each_allocation(model_, [&](const Allocation&) { any = true; });
     const int cp = model_.options().context_parallel;
-    expect(any, "cluster", model_.cluster().name,
-           "room for at least one attention and one FFN group (GPUs per node >= 2, expert count divisible by an "
-           "FFN group size, global_batch >= the attention group size" +
-               (cp > 1 ? ", and an attention group of context_parallel = " + std::to_string(cp) +
-                             " GPUs beside an FFN group: try a smaller context_parallel)"
-                       : std::string(")")));
+    expect(
+        any, "cluster", model_.cluster().name,
+        "room for at least one attention and one FFN group (GPUs per node >= 2, expert count divisible by an "
+        "FFN group size, global_batch >= the attention group size" +
+            (cp > 1 ? ", and an attention group of context_parallel = " + std::to_string(cp) +
+                          " GPUs beside an FFN group: try a smaller context_parallel)"
+                    : std::string(")")));
     MilpSeed s = allocation_seed(model_, options);
     if (!s.found) diagnose_out_of_memory();
     return s;

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file plan_json.hpp
 /// A Plan as JSON (needs target disagmoe::io). Keys: model, cluster (names),
-/// model_spec, cluster_spec (io::to_json of each), seq_len, micro_batch, global_batch, optimizer_bytes, attention.{gpus,nics,group_size},
-/// ffn.{gpus,nics,group_size}, groups, layer_groups, predicted.{stage_seconds,
-/// step_seconds, tokens_per_second, bottleneck, bound_seconds, round_seconds, ...},
+/// model_spec, cluster_spec (io::to_json of each), seq_len, micro_batch, global_batch, optimizer_bytes,
+/// attention.{gpus,nics,group_size}, ffn.{gpus,nics,group_size}, groups, layer_groups,
+/// predicted.{stage_seconds, step_seconds, tokens_per_second, bottleneck, bound_seconds, round_seconds, ...},
 /// fuse (AF-Pipe's stage-aligned combine + dispatch, chosen per allocation),
 /// recompute.{attention, ffn} (which sides recompute their activations),
 /// allocation.{groups, …, fuse, context_parallel, group_factor, mixed_nodes} (what disagmoe-sim --plan
@@ -158,7 +158,8 @@ inline void expect_same(const io::Json& theirs, const io::Json& ours, const std:
     const bool same_kind = !ours.is_number_integer() || theirs.is_number_integer();
     expect<IoError>(same_kind && theirs == ours, at, brief(theirs),
                     std::string("the ") + what + " of this run (" +
-                        (ours.is_string() ? ours.get<std::string>() : brief(ours).text) + "): plan again for it");
+                        (ours.is_string() ? ours.get<std::string>() : brief(ours).text) +
+                        "): plan again for it");
     return;
   }
   expect<IoError>(theirs.is_object(), at, brief(theirs), "a JSON object, as io::to_json writes it");
@@ -166,7 +167,8 @@ inline void expect_same(const io::Json& theirs, const io::Json& ours, const std:
     expect<IoError>(ours.contains(key), at + "." + key, "(unknown key)", "a key that io::to_json writes");
   for (const auto& [key, value] : ours.items()) {
     if (key == skip) continue;
-    expect<IoError>(theirs.contains(key), at + "." + key, "(missing)", std::string("the ") + what + "'s " + key);
+    expect<IoError>(theirs.contains(key), at + "." + key, "(missing)",
+                    std::string("the ") + what + "'s " + key);
     expect_same(theirs.at(key), value, at + "." + key, what);
   }
 }
@@ -189,11 +191,11 @@ inline Allocation allocation_from_json(const io::Json& j, const ModelSpec& m, co
   const bool full = j.contains("allocation");
   if (full) {
     static constexpr std::array<std::string_view, 25> kPlanKeys = {
-        "model",        "cluster",   "model_spec",   "cluster_spec",
-        "seq_len",      "micro_batch",    "global_batch",  "optimizer_bytes",
-        "attention",    "ffn",       "groups",       "recompute",      "fuse",          "allocation",
-        "layer_groups", "predicted", "memory_bytes", "roofline",       "search",        "refinement",
-        "explanation",  "idle_gpus", "binding",      "recommendation", "embedding_head"};
+        "model",         "cluster",         "model_spec",   "cluster_spec", "seq_len",      "micro_batch",
+        "global_batch",  "optimizer_bytes", "attention",    "ffn",          "groups",       "recompute",
+        "fuse",          "allocation",      "layer_groups", "predicted",    "memory_bytes", "roofline",
+        "search",        "refinement",      "explanation",  "idle_gpus",    "binding",      "recommendation",
+        "embedding_head"};
     for (const auto& [key, value] : j.items())
       expect<IoError>(known(kPlanKeys, key), path + "." + key, "(unknown key)", "a key that disagmoe-plan --json writes");
     const io::Json model = io::to_json(m), cluster = io::to_json(c);
