@@ -221,14 +221,11 @@ inline NpyHeader read_npy_header(std::istream& in, std::string_view name) {
   return h;
 }
 
-/// The element of `h`'s integer dtype at `src` in decimal, as the file holds it (an
-/// unsigned 64-bit value above 2^63-1 too, which npy_decode_integers maps to -1).
-inline std::string npy_integer_text(const NpyHeader& h, const unsigned char* src) {
+/// The `bytes` (1 to 8) little-endian bytes at `src` as an unsigned integer.
+inline std::uint64_t npy_load_le(const unsigned char* src, int bytes) {
   std::uint64_t u = 0;
-  for (int j = 0; j < h.item_bytes; ++j) u |= static_cast<std::uint64_t>(src[j]) << (8 * j);
-  if (h.kind != NpyKind::kSigned) return std::to_string(u);
-  const int shift = 64 - 8 * h.item_bytes;  // sign-extend from the element's width
-  return std::to_string(static_cast<std::int64_t>(u << shift) >> shift);
+  for (int j = 0; j < bytes; ++j) u |= static_cast<std::uint64_t>(src[j]) << (8 * j);
+  return u;
 }
 
 /// Decodes `count` elements of `h`'s dtype from `src` (raw little-endian bytes) into
@@ -239,8 +236,7 @@ inline void npy_decode_integers(const NpyHeader& h, const unsigned char* src, st
   const int b = h.item_bytes;
   const bool sign = h.kind == NpyKind::kSigned;
   for (std::size_t i = 0; i < count; ++i, src += b) {
-    std::uint64_t u = 0;
-    for (int j = 0; j < b; ++j) u |= static_cast<std::uint64_t>(src[j]) << (8 * j);
+    std::uint64_t u = npy_load_le(src, b);
     if (sign && b < 8 && (u >> (8 * b - 1)) != 0) u |= ~std::uint64_t{0} << (8 * b);  // sign-extend
     if (!sign && b == 8 && u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
       dst[i] = -1;
@@ -248,6 +244,15 @@ inline void npy_decode_integers(const NpyHeader& h, const unsigned char* src, st
     }
     dst[i] = static_cast<std::int64_t>(u);
   }
+}
+
+/// The element of `h`'s integer dtype at `src` in decimal, as the file holds it (an
+/// unsigned 64-bit value above 2^63-1 too, which npy_decode_integers maps to -1).
+inline std::string npy_integer_text(const NpyHeader& h, const unsigned char* src) {
+  if (h.kind != NpyKind::kSigned) return std::to_string(npy_load_le(src, h.item_bytes));
+  std::int64_t v = 0;
+  npy_decode_integers(h, src, 1, &v);
+  return std::to_string(v);
 }
 
 /// IEEE 754 binary16 to float (numpy 'f2'); handles subnormals, infinities and NaN.
@@ -267,8 +272,7 @@ inline float npy_half_to_float(std::uint16_t h) {
 /// Decodes `count` float elements (f2, f4 or f8) into float. Complexity: O(count).
 inline void npy_decode_floats(const NpyHeader& h, const unsigned char* src, std::size_t count, float* dst) {
   for (std::size_t i = 0; i < count; ++i, src += h.item_bytes) {
-    std::uint64_t u = 0;
-    for (int j = 0; j < h.item_bytes; ++j) u |= static_cast<std::uint64_t>(src[j]) << (8 * j);
+    const std::uint64_t u = npy_load_le(src, h.item_bytes);
     if (h.item_bytes == 2) {
       dst[i] = npy_half_to_float(static_cast<std::uint16_t>(u));
     } else if (h.item_bytes == 4) {
