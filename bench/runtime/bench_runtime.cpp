@@ -19,7 +19,11 @@
 // share of the step, and exposed communication and speed relative to the first 1F1B-EP.
 // Exposed communication is given twice: the mean over workers, and the bottleneck's (the
 // worker that computes longest: what lengthens the step; AF-Pipe's lighter side waiting
-// on a transfer while the busier one computes counts in the mean only). Last, where the
+// on a transfer while the busier one computes counts in the mean only). Beside the
+// bottleneck's, its floor (runtime::bottleneck_exposed_comm_floor): its busiest link's
+// bytes at full bandwidth beyond its compute time, which no order of the same transfers
+// hides, so a row whose floor/1f1b exceeds a target cannot meet it by scheduling alone.
+// Last, where the
 // ranks' time goes (rank_timelines.hpp), for the worker whose ranks spend the most compute
 // time off their cores, mean over its ranks: "compute s" (its compute ops' wall time),
 // "off core" (of that, beyond their CPU time: waiting to be scheduled), "rank wait" (in
@@ -106,7 +110,7 @@ double colocated_step(const dm::ModelSpec& spec, const rt::TrainOptions& t, cons
 
 struct Result {
   double step = 0, schedule = 0, exposed = 0, predicted_step = 0, predicted_exposed = 0, bottleneck = 0,
-         predicted_bottleneck = 0, comm_cpu = 0, compute = 0, off_core = 0, rank_wait = 0,
+         predicted_bottleneck = 0, floor = 0, comm_cpu = 0, compute = 0, off_core = 0, rank_wait = 0,
          a2a_tail = 0, simulated_a2a = 0;
 };
 
@@ -144,7 +148,8 @@ double all_to_all_seconds(const dm::schedule::Schedule& s, const dm::schedule::S
 Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& data, const rt::DisaggregatedOptions& opt,
            const dm::host::NetworkConfig& net) {
   dm::host::LoopbackWorld world(rt::world_size(opt), net);
-  std::vector<double> steps, span, exposed, pstep, pexposed, bneck, pbneck, ccpu, comp, off, wait, tail, sa2a;
+  std::vector<double> steps, span, exposed, pstep, pexposed, bneck, pbneck, floor, ccpu, comp, off, wait,
+      tail, sa2a;
   dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& tp) {
     rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(Attention(spec, {}), Experts(spec, {}),
                                                                                 spec, t, opt, tp);
@@ -173,12 +178,13 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       pexposed.push_back(rt::exposed_comm_seconds(cal, simulated));
       bneck.push_back(rt::bottleneck_exposed_comm_seconds(tr.schedule(), measured));
       pbneck.push_back(rt::bottleneck_exposed_comm_seconds(cal, simulated));
+      floor.push_back(rt::bottleneck_exposed_comm_floor(tr.schedule(), measured));
       ccpu.push_back(cal.network.comm_sm_fraction);
     }
   });
-  return {median(steps),  median(span), median(exposed), median(pstep), median(pexposed), median(bneck),
-          median(pbneck), median(ccpu), median(comp),    median(off),   median(wait),     median(tail),
-          median(sa2a)};
+  return {median(steps), median(span),   median(exposed), median(pstep), median(pexposed),
+          median(bneck), median(pbneck), median(floor),   median(ccpu),  median(comp),
+          median(off),   median(wait),   median(tail),    median(sa2a)};
 }
 
 /// Bytes a rank of the busiest worker of one step under `opt` sends to other ranks (an
@@ -314,10 +320,11 @@ int main(int argc, char** argv) {
       net.latency = o.latency;
       std::printf("\n%d ranks, emulated NIC %.1f MB/s per rank, latency %.0f us (1F1B-EP p=1 without network: %.4f s)\n",
                   w, bw / 1e6, o.latency * 1e6, compute);
-      std::printf("%-22s %8s %10s %10s %7s %10s %10s %8s %9s %10s %10s %9s %9s %8s %9s %8s %9s %8s %8s\n",
-                  "schedule", "step s", "schedule s", "predicted", "err %", "exposed s", "predicted", "share %",
-                  "exp/1f1b", "bottleneck", "predicted", "bn/1f1b", "speedup", "comm cpu", "compute s", "off core",
-                  "rank wait", "a2a tail", "sim a2a");
+      std::printf(
+          "%-22s %8s %10s %10s %7s %10s %10s %8s %9s %10s %10s %9s %9s %10s %9s %8s %9s %8s %9s %8s %8s\n",
+          "schedule", "step s", "schedule s", "predicted", "err %", "exposed s", "predicted", "share %",
+          "exp/1f1b", "bottleneck", "predicted", "bn/1f1b", "bn floor", "floor/1f1b", "speedup", "comm cpu",
+          "compute s", "off core", "rank wait", "a2a tail", "sim a2a");
       auto vs = variants(w, spec.layers, o.micro_batches);
       std::vector<Result> rs;
       const Result* ref = nullptr;  // the first 1F1B-EP row
@@ -331,12 +338,14 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < vs.size(); ++i) {
         const Result& r = rs[i];
         std::printf(
-            "%-22s %8.4f %10.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %10.4f %10.4f %8.2fx %8.2fx %8.2f %9.4f %8.4f "
-            "%9.4f %8.4f %8.4f\n",
-            vs[i].name.c_str(), r.step, r.schedule, r.predicted_step, 100 * (r.predicted_step - r.schedule) / r.schedule,
-            r.exposed, r.predicted_exposed, 100 * r.exposed / r.step, r.exposed / ref->exposed, r.bottleneck,
-            r.predicted_bottleneck, r.bottleneck / ref->bottleneck, ref->step / r.step, r.comm_cpu, r.compute,
-            r.off_core, r.rank_wait, r.a2a_tail, r.simulated_a2a);
+            "%-22s %8.4f %10.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %10.4f %10.4f %8.2fx %9.4f %9.2fx "
+            "%8.2fx %8.2f "
+            "%9.4f %8.4f %9.4f %8.4f %8.4f\n",
+            vs[i].name.c_str(), r.step, r.schedule, r.predicted_step,
+            100 * (r.predicted_step - r.schedule) / r.schedule, r.exposed, r.predicted_exposed,
+            100 * r.exposed / r.step, r.exposed / ref->exposed, r.bottleneck, r.predicted_bottleneck,
+            r.bottleneck / ref->bottleneck, r.floor, r.floor / ref->bottleneck, ref->step / r.step,
+            r.comm_cpu, r.compute, r.off_core, r.rank_wait, r.a2a_tail, r.simulated_a2a);
       }
     }
     return 0;

@@ -100,6 +100,8 @@ struct RunOutcome {
   // schedule_seconds: the span of the schedule's ops within a step (the rest is the step
   // start, the replicas' gradient sum, the statistics and the optimizer).
   std::vector<double> step_seconds, schedule_seconds, exposed_comm_seconds, bottleneck_exposed_comm_seconds;
+  // The bottleneck's link bytes at full bandwidth beyond its compute: exposed whatever the order.
+  std::vector<double> bottleneck_exposed_comm_floor_seconds;
   // Per step: the busiest expert rank's rows over its worker's mean, the worst worker.
   std::vector<double> expert_rows_max_over_mean;
   std::vector<placement::Replacement> replacements;  // online re-placement's refits
@@ -408,6 +410,8 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in,
       out.schedule_seconds.push_back(run.step_seconds);
       out.exposed_comm_seconds.push_back(rt::exposed_comm_seconds(owned->schedule(), run));
       out.bottleneck_exposed_comm_seconds.push_back(rt::bottleneck_exposed_comm_seconds(owned->schedule(), run));
+      out.bottleneck_exposed_comm_floor_seconds.push_back(
+          rt::bottleneck_exposed_comm_floor(owned->schedule(), run));
     }
     last_run = std::move(run);
     last_rank_timelines = std::move(rank_timelines);

@@ -15,6 +15,7 @@
 #include <disagmoe/error.hpp>
 #include <disagmoe/io/chrome_trace.hpp>
 #include <disagmoe/runtime/worker_executor.hpp>
+#include <disagmoe/schedule/comm_links.hpp>
 #include <disagmoe/schedule/lowering.hpp>
 #include <disagmoe/schedule/simulator.hpp>
 
@@ -137,6 +138,45 @@ inline double bottleneck_exposed_comm_seconds(const schedule::Schedule& s, const
   if (x.busy.empty()) return 0.0;
   const auto w = std::max_element(x.busy.begin(), x.busy.end()) - x.busy.begin();
   return x.exposed[static_cast<std::size_t>(w)];
+}
+
+/// Per worker of `s`: a lower bound on its exposed communication in `run` that no order
+/// of the same transfers can beat. Each of its links (NIC and NVLink, each direction;
+/// schedule/comm_links.hpp) carries its bytes at most at its capacity, so some transfer
+/// touching the worker is active for at least its busiest link's bytes / capacity; of
+/// that, what the worker does not spend computing (WorkerExposure::busy) is exposed.
+/// Transfers without both ends in `run` are left out (as in worker_exposure: the
+/// data-parallel all-reduce that the runtime runs after the schedule). O(ops + events log events).
+inline std::vector<double> exposed_comm_floor(const schedule::Schedule& s, const io::TraceRun& run) {
+  const auto iv = op_intervals(s, run);
+  std::vector<double> link_seconds(4 * s.workers.size(), 0.0);
+  for (std::size_t i = 0; i < s.ops.size(); ++i)
+    if (schedule::is_comm(s.ops[i].kind) && iv[i].first >= 0)
+      for (const auto& u : schedule::detail::comm_uses(s, s.ops[i])) {
+        const double capacity = schedule::detail::capacity(s, u.resource);
+        expect(capacity > 0,
+               "Schedule.workers[" + std::to_string(u.resource / 4) + "]." +
+                   (u.resource % 4 < 2 ? "nic_bandwidth" : "nvlink_bandwidth"),
+               capacity, "a positive bandwidth: op " + std::to_string(i) + " moves bytes over it");
+        link_seconds[static_cast<std::size_t>(u.resource)] += u.bytes / capacity;
+      }
+  const auto busy = worker_exposure(s, run).busy;
+  std::vector<double> floor(s.workers.size());
+  for (std::size_t w = 0; w < floor.size(); ++w)
+    floor[w] =
+        std::max(0.0, *std::max_element(link_seconds.begin() + static_cast<std::ptrdiff_t>(4 * w),
+                                        link_seconds.begin() + static_cast<std::ptrdiff_t>(4 * w + 4)) -
+                          busy[w]);
+  return floor;
+}
+
+/// exposed_comm_floor of the bottleneck worker (the one bottleneck_exposed_comm_seconds
+/// reports): the least communication any order of the same transfers leaves it exposed.
+inline double bottleneck_exposed_comm_floor(const schedule::Schedule& s, const io::TraceRun& run) {
+  const WorkerExposure x = worker_exposure(s, run);
+  if (x.busy.empty()) return 0.0;
+  const auto w = std::max_element(x.busy.begin(), x.busy.end()) - x.busy.begin();
+  return exposed_comm_floor(s, run)[static_cast<std::size_t>(w)];
 }
 
 /// `s` with every compute op costing what it measured (ops not measured keep their
