@@ -20,9 +20,11 @@
 // Exposed communication is given twice: the mean over workers, and the bottleneck's (the
 // worker that computes longest: what lengthens the step; AF-Pipe's lighter side waiting
 // on a transfer while the busier one computes counts in the mean only). Beside the
-// bottleneck's, its floor (runtime::bottleneck_exposed_comm_floor): its busiest link's
-// bytes at full bandwidth beyond its compute time, which no order of the same transfers
-// hides, so a row whose floor/1f1b exceeds a target cannot meet it by scheduling alone.
+// bottleneck's, its floor (runtime::bottleneck_exposed_comm_floor: its busiest link's
+// bytes at full bandwidth beyond its compute time, which no run of the same transfers
+// goes below without computing longer), and "floor/1f1b", the floor over 1F1B-EP's
+// bottleneck exposure: a row whose floor/1f1b exceeds a target cannot meet it by
+// reordering the same bytes.
 // Last, where the
 // ranks' time goes (rank_timelines.hpp), for the worker whose ranks spend the most compute
 // time off their cores, mean over its ranks: "compute s" (its compute ops' wall time),

@@ -100,7 +100,7 @@ struct RunOutcome {
   // schedule_seconds: the span of the schedule's ops within a step (the rest is the step
   // start, the replicas' gradient sum, the statistics and the optimizer).
   std::vector<double> step_seconds, schedule_seconds, exposed_comm_seconds, bottleneck_exposed_comm_seconds;
-  // The bottleneck's link bytes at full bandwidth beyond its compute: exposed whatever the order.
+  // The bottleneck's link bytes at full bandwidth beyond its compute time (runtime/timeline.hpp).
   std::vector<double> bottleneck_exposed_comm_floor_seconds;
   // Per step: the busiest expert rank's rows over its worker's mean, the worst worker.
   std::vector<double> expert_rows_max_over_mean;

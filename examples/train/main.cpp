@@ -467,9 +467,11 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
              {"predicted_step_seconds", out.predicted_step_seconds},
              {"predicted_exposed_comm_seconds", out.simulated_exposed_comm_seconds},
              {"bottleneck_exposed_comm_seconds", mean(out.bottleneck_exposed_comm_seconds)},
-             {"bottleneck_exposed_comm_floor_seconds", mean(out.bottleneck_exposed_comm_floor_seconds)},
              {"predicted_bottleneck_exposed_comm_seconds", out.simulated_bottleneck_exposed_comm_seconds},
              {"expert_rows_max_over_mean", mean(out.expert_rows_max_over_mean)}};
+    // The floor is at the schedule's bandwidth: the emulated network's only on loopback.
+    if (a.d.transport == "loopback" && a.d.net_bandwidth > 0)
+      dis["bottleneck_exposed_comm_floor_seconds"] = mean(out.bottleneck_exposed_comm_floor_seconds);
     // Where each rank's last step went (runtime/rank_timelines.hpp), [worker][rank].
     json rank_times = json::array();
     for (const auto& worker : out.rank_times) {

@@ -56,7 +56,7 @@ TEST_CASE("the exposure floor is each worker's busiest link beyond its compute, 
   CHECK(floor[0] == doctest::Approx(2.0 - 1.0));
   CHECK(floor[1] == doctest::Approx(2.0 - 0.5));
   // A computes before it sends (2 s exposed, above its floor); B computes while the bytes
-  // move, which is the best any order can do: B's exposure is its floor.
+  // move, so its exposure is its floor.
   const auto exposure = rt::worker_exposure(s, run);
   CHECK(exposure.exposed[0] == doctest::Approx(2.0));
   CHECK(exposure.exposed[1] == doctest::Approx(floor[1]));
@@ -68,12 +68,20 @@ TEST_CASE("the exposure floor is each worker's busiest link beyond its compute, 
   const auto busy_run = disagmoe::io::simulated_run(busy, ds::simulate(busy));
   CHECK(rt::exposed_comm_floor(busy, busy_run)[1] == 0.0);
 
-  // A transfer missing from the run (as the all-reduce the runtime runs after the schedule
-  // is from a measured one) carries nothing.
-  auto partial = run;
-  std::erase_if(partial.events,
-                [&](const disagmoe::io::TraceEvent& e) { return ds::is_comm(s.ops[e.op].kind); });
-  CHECK(rt::exposed_comm_floor(s, partial) == std::vector<double>{0.0, 0.0});
+  // A measured run also has the receiver's event of a transfer. Without it the transfer
+  // still counts (it ends at the sender's end); without the sender's event it does not,
+  // as the all-reduce the runtime runs after the schedule is missing from a measured run.
+  auto measured = run;
+  for (const auto& e : run.events)
+    if (ds::is_comm(s.ops[static_cast<std::size_t>(e.op)].kind))
+      measured.events.push_back({1, e.op, ds::Stream::kComm, e.start, e.end, true});
+  CHECK(rt::exposed_comm_floor(s, measured) == floor);
+  auto no_sender = measured;
+  std::erase_if(no_sender.events, [&](const disagmoe::io::TraceEvent& e) {
+    return ds::is_comm(s.ops[static_cast<std::size_t>(e.op)].kind) && !e.receive;
+  });
+  REQUIRE(no_sender.events.size() + 1 == measured.events.size());
+  CHECK(rt::exposed_comm_floor(s, no_sender) == std::vector<double>{0.0, 0.0});
 
   // Two GPUs on B's side receive half the bytes each: B's link carries 1 s.
   auto wide = s;
@@ -95,6 +103,26 @@ TEST_CASE("the exposure floor is each worker's busiest link beyond its compute, 
   CHECK(rt::exposed_comm_floor(both, both_run) == rt::exposed_comm_floor(s, run));
   CHECK(rt::worker_exposure(both, both_run).exposed[1] == doctest::Approx(1.5));
 
+  // An all-to-all inside one worker of 2 GPUs loads both directions of its own links:
+  // across 2 nodes half of each GPU's 4 GB leaves over the NIC (2 s at 1 GB/s), within one
+  // node over NVLink (0.2 s at 10 GB/s).
+  for (const int nodes : {2, 1}) {
+    CAPTURE(nodes);
+    ds::Schedule a2a;
+    a2a.name = "a2a";
+    a2a.workers = ds::uniform_workers(1, ds::Role::kColocated, 1e9, 1e10);
+    a2a.workers[0].gpus = 2;
+    a2a.workers[0].nodes = nodes;
+    ds::Op x;
+    x.kind = ds::OpKind::kAllToAll;
+    x.stream = ds::Stream::kComm;
+    x.worker = x.peer = 0;
+    x.bytes = 4e9;
+    a2a.add(x);
+    const auto a2a_run = disagmoe::io::simulated_run(a2a, ds::simulate(a2a));
+    CHECK(rt::exposed_comm_floor(a2a, a2a_run)[0] == doctest::Approx(nodes == 2 ? 2.0 : 0.2));
+  }
+
   // A link without bandwidth that carries bytes is named.
   auto dead = s;
   dead.workers[1].nic_bandwidth = 0;
@@ -103,7 +131,7 @@ TEST_CASE("the exposure floor is each worker's busiest link beyond its compute, 
 }
 
 TEST_CASE("no simulated run of any policy exposes less than its floor") {
-  int checked = 0;
+  int checked = 0, positive = 0;
   for (std::uint64_t seed = 1; seed <= 30; ++seed) {
     std::mt19937_64 rng(seed);
     const int p = 1 + static_cast<int>(rng() % 3);
@@ -116,7 +144,14 @@ TEST_CASE("no simulated run of any policy exposes less than its floor") {
       if (af)
         for (std::size_t w = 0; w < pb.workers.size(); ++w)
           pb.workers[w].role = w < static_cast<std::size_t>(p) ? ds::Role::kAttention : ds::Role::kFfn;
-      for (auto& w : pb.workers) w.gpus = 1 + static_cast<int>(rng() % 2);
+      // Links slow enough that most workers have a floor; compute on shared host cores
+      // in half the cases (it stretches while transfers run).
+      for (auto& w : pb.workers) {
+        w.gpus = 1 + static_cast<int>(rng() % 2);
+        w.nic_bandwidth = 2e7;
+        w.nvlink_bandwidth = 1e8;
+      }
+      pb.network.host_cores = rng() % 2 ? 2 : 0;
       ds::Schedule s;
       try {
         s = ds::build_schedule(name, pb);
@@ -131,9 +166,11 @@ TEST_CASE("no simulated run of any policy exposes less than its floor") {
       for (std::size_t w = 0; w < floor.size(); ++w) {
         CAPTURE(w);
         CHECK(exposure.exposed[w] >= floor[w] - 1e-9 * sim.step_seconds);
+        ++checked;
+        if (floor[w] > 0) ++positive;
       }
-      ++checked;
     }
   }
-  CHECK(checked > 100);
+  CHECK(checked > 200);
+  CHECK(positive > checked / 2);
 }

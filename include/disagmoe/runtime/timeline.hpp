@@ -78,7 +78,7 @@ inline double uncovered(std::vector<std::pair<double, double>> iv, std::vector<s
 }  // namespace detail
 
 /// Per worker of `s`: exposed communication (file comment) and compute busy time in
-/// `run`. A transfer without both ends in `run` is left out. O(events log events).
+/// `run`. A transfer without its sender's event in `run` is left out. O(events log events).
 struct WorkerExposure {
   std::vector<double> exposed;  ///< [worker] seconds some transfer touching it is active while it computes nothing
   std::vector<double> busy;     ///< [worker] seconds it computes (union of its compute ops)
@@ -140,14 +140,10 @@ inline double bottleneck_exposed_comm_seconds(const schedule::Schedule& s, const
   return x.exposed[static_cast<std::size_t>(w)];
 }
 
-/// Per worker of `s`: a lower bound on its exposed communication in `run` that no order
-/// of the same transfers can beat. Each of its links (NIC and NVLink, each direction;
-/// schedule/comm_links.hpp) carries its bytes at most at its capacity, so some transfer
-/// touching the worker is active for at least its busiest link's bytes / capacity; of
-/// that, what the worker does not spend computing (WorkerExposure::busy) is exposed.
-/// Transfers without both ends in `run` are left out (as in worker_exposure: the
-/// data-parallel all-reduce that the runtime runs after the schedule). O(ops + events log events).
-inline std::vector<double> exposed_comm_floor(const schedule::Schedule& s, const io::TraceRun& run) {
+namespace detail {
+/// exposed_comm_floor with the workers' compute time `busy` in `run` (WorkerExposure::busy).
+inline std::vector<double> exposed_comm_floor(const schedule::Schedule& s, const io::TraceRun& run,
+                                              const std::vector<double>& busy) {
   const auto iv = op_intervals(s, run);
   std::vector<double> link_seconds(4 * s.workers.size(), 0.0);
   for (std::size_t i = 0; i < s.ops.size(); ++i)
@@ -160,23 +156,38 @@ inline std::vector<double> exposed_comm_floor(const schedule::Schedule& s, const
                capacity, "a positive bandwidth: op " + std::to_string(i) + " moves bytes over it");
         link_seconds[static_cast<std::size_t>(u.resource)] += u.bytes / capacity;
       }
-  const auto busy = worker_exposure(s, run).busy;
   std::vector<double> floor(s.workers.size());
-  for (std::size_t w = 0; w < floor.size(); ++w)
-    floor[w] =
-        std::max(0.0, *std::max_element(link_seconds.begin() + static_cast<std::ptrdiff_t>(4 * w),
-                                        link_seconds.begin() + static_cast<std::ptrdiff_t>(4 * w + 4)) -
-                          busy[w]);
+  for (std::size_t w = 0; w < floor.size(); ++w) {
+    const auto links = link_seconds.begin() + static_cast<std::ptrdiff_t>(4 * w);
+    floor[w] = std::max(0.0, *std::max_element(links, links + 4) - busy[w]);
+  }
   return floor;
 }
+}  // namespace detail
 
-/// exposed_comm_floor of the bottleneck worker (the one bottleneck_exposed_comm_seconds
-/// reports): the least communication any order of the same transfers leaves it exposed.
+/// Per worker of `s`: a floor under its exposed communication in `run`, at the bytes and
+/// bandwidths the schedule models. Each of its links (NIC and NVLink, each direction;
+/// schedule/comm_links.hpp) carries its bytes at most at its capacity, so some transfer
+/// touching the worker is active for at least its busiest link's bytes / capacity; what
+/// of that the worker does not spend computing (WorkerExposure::busy) is exposed. So no
+/// run of the same transfers exposes less without computing longer (as compute that
+/// shares its cores or SMs with the transfers does) or moving fewer bytes. Holds for
+/// simulated runs; for a measured run as far as the schedule's bytes are the bytes sent
+/// (exact with one F-rank per worker; runtime/disaggregated_options.hpp) and its bandwidth
+/// the emulated network's. A transfer without its sender's event in `run` is left out
+/// (as in worker_exposure: the data-parallel all-reduce the runtime runs after the
+/// schedule). O(ops + events log events).
+inline std::vector<double> exposed_comm_floor(const schedule::Schedule& s, const io::TraceRun& run) {
+  return detail::exposed_comm_floor(s, run, worker_exposure(s, run).busy);
+}
+
+/// exposed_comm_floor of the bottleneck worker, the one bottleneck_exposed_comm_seconds
+/// reports.
 inline double bottleneck_exposed_comm_floor(const schedule::Schedule& s, const io::TraceRun& run) {
   const WorkerExposure x = worker_exposure(s, run);
   if (x.busy.empty()) return 0.0;
   const auto w = std::max_element(x.busy.begin(), x.busy.end()) - x.busy.begin();
-  return exposed_comm_floor(s, run)[static_cast<std::size_t>(w)];
+  return detail::exposed_comm_floor(s, run, x.busy)[static_cast<std::size_t>(w)];
 }
 
 /// `s` with every compute op costing what it measured (ops not measured keep their
