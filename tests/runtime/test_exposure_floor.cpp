@@ -24,6 +24,17 @@ ds::Op floor_test_compute(int worker, double seconds, std::vector<int> deps = {}
   return o;
 }
 
+ds::Op floor_test_transfer(ds::OpKind kind, int from, int to, double bytes, std::vector<int> deps = {}) {
+  ds::Op o;
+  o.kind = kind;
+  o.stream = ds::Stream::kComm;
+  o.worker = from;
+  o.peer = to;
+  o.bytes = bytes;
+  o.deps = std::move(deps);
+  return o;
+}
+
 // Two one-GPU workers on two nodes, 1 GB/s NICs, no latency: A computes 1 s and then sends
 // 2 GB to B (2 s on the wire), and B computes 0.5 s once A's compute is done, while the
 // bytes move. A's tx link carries 2 s with 1 s of compute; B's rx link 2 s with 0.5 s.
@@ -32,14 +43,7 @@ ds::Schedule send_beside_compute() {
   s.name = "hand";
   s.workers = ds::uniform_workers(2, ds::Role::kColocated, 1e9, 1e10);
   const int a = s.add(floor_test_compute(0, 1.0));
-  ds::Op x;
-  x.kind = ds::OpKind::kSend;
-  x.stream = ds::Stream::kComm;
-  x.worker = 0;
-  x.peer = 1;
-  x.bytes = 2e9;
-  x.deps = {a};
-  s.add(x);
+  s.add(floor_test_transfer(ds::OpKind::kSend, 0, 1, 2e9, {a}));
   s.add(floor_test_compute(1, 0.5, {a}));
   return s;
 }
@@ -92,11 +96,7 @@ TEST_CASE("the exposure floor is each worker's busiest link beyond its compute, 
   // B also sends 2 GB back at once: each direction is a link of its own, so the exchange
   // takes 2 s, not 4, and B's floor stays 1.5 s; A's rx link now carries 2 s too.
   auto both = s;
-  ds::Op back = s.ops[1];
-  back.worker = 1;
-  back.peer = 0;
-  back.deps = {0};
-  both.add(back);
+  both.add(floor_test_transfer(ds::OpKind::kSend, 1, 0, 2e9, {0}));
   const auto both_sim = ds::simulate(both);
   const auto both_run = disagmoe::io::simulated_run(both, both_sim);
   CHECK(both_sim.step_seconds == doctest::Approx(3.0));
@@ -113,12 +113,7 @@ TEST_CASE("the exposure floor is each worker's busiest link beyond its compute, 
     a2a.workers = ds::uniform_workers(1, ds::Role::kColocated, 1e9, 1e10);
     a2a.workers[0].gpus = 2;
     a2a.workers[0].nodes = nodes;
-    ds::Op x;
-    x.kind = ds::OpKind::kAllToAll;
-    x.stream = ds::Stream::kComm;
-    x.worker = x.peer = 0;
-    x.bytes = 4e9;
-    a2a.add(x);
+    a2a.add(floor_test_transfer(ds::OpKind::kAllToAll, 0, 0, 4e9));
     const auto a2a_run = disagmoe::io::simulated_run(a2a, ds::simulate(a2a));
     CHECK(rt::exposed_comm_floor(a2a, a2a_run)[0] == doctest::Approx(nodes == 2 ? 2.0 : 0.2));
   }
