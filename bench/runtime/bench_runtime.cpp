@@ -24,13 +24,12 @@
 // bytes at full bandwidth beyond its compute time, which no run of the same transfers
 // goes below without computing longer), and "floor/1f1b", the floor over 1F1B-EP's
 // bottleneck exposure: a row whose floor/1f1b exceeds a target cannot meet it by
-// reordering the same bytes.
-// Last, where the
-// ranks' time goes (rank_timelines.hpp), for the worker whose ranks spend the most compute
-// time off their cores, mean over its ranks: "compute s" (its compute ops' wall time),
-// "off core" (of that, beyond their CPU time: waiting to be scheduled), "rank wait" (in
-// all-to-alls, before the worker's last rank enters) and "a2a tail" (in all-to-alls,
-// after it entered), beside "sim a2a" (the same worker's all-to-alls in the prediction).
+// reordering the same bytes. Last, where the ranks' time goes (rank_timelines.hpp), for
+// the worker whose ranks spend the most compute time off their cores, mean over its
+// ranks: "compute s" (its compute ops' wall time), "off core" (of that, beyond their CPU
+// time: waiting to be scheduled), "rank wait" (in all-to-alls, before the worker's last
+// rank enters) and "a2a tail" (in all-to-alls, after it entered), beside "sim a2a" (the
+// same worker's all-to-alls in the prediction).
 //
 //   bench_runtime [--model tiny|small] [--world 2,4] [--micro-batches N] [--micro-batch S]
 //                 [--steps N] [--comm-share F] [--latency S]
@@ -341,8 +340,7 @@ int main(int argc, char** argv) {
         const Result& r = rs[i];
         std::printf(
             "%-22s %8.4f %10.4f %10.4f %7.1f %10.4f %10.4f %8.1f %8.2fx %10.4f %10.4f %8.2fx %9.4f %9.2fx "
-            "%8.2fx %8.2f "
-            "%9.4f %8.4f %9.4f %8.4f %8.4f\n",
+            "%8.2fx %8.2f %9.4f %8.4f %9.4f %8.4f %8.4f\n",
             vs[i].name.c_str(), r.step, r.schedule, r.predicted_step,
             100 * (r.predicted_step - r.schedule) / r.schedule, r.exposed, r.predicted_exposed,
             100 * r.exposed / r.step, r.exposed / ref->exposed, r.bottleneck, r.predicted_bottleneck,

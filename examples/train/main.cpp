@@ -458,11 +458,8 @@ int run_job(const Args& a, const dm::ModelSpec& spec, const rt::TrainOptions& to
       for (std::size_t i = 1; i < v.size(); ++i) s += v[i];
       return s / static_cast<double>(v.size() - 1);
     };
-    json dis{{"schedule", a.d.schedule},
-             {"transport", a.d.transport},
-             {"ranks", out.ranks},
-             {"step_seconds", mean(out.step_seconds)},
-             {"schedule_seconds", mean(out.schedule_seconds)},
+    json dis{{"schedule", a.d.schedule}, {"transport", a.d.transport}, {"ranks", out.ranks},
+             {"step_seconds", mean(out.step_seconds)}, {"schedule_seconds", mean(out.schedule_seconds)},
              {"exposed_comm_seconds", mean(out.exposed_comm_seconds)},
              {"predicted_step_seconds", out.predicted_step_seconds},
              {"predicted_exposed_comm_seconds", out.simulated_exposed_comm_seconds},
