@@ -179,7 +179,8 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       pexposed.push_back(rt::exposed_comm_seconds(cal, simulated));
       bneck.push_back(rt::bottleneck_exposed_comm_seconds(tr.schedule(), measured));
       pbneck.push_back(rt::bottleneck_exposed_comm_seconds(cal, simulated));
-      floor.push_back(rt::bottleneck_exposed_comm_floor(tr.schedule(), measured));
+      floor.push_back(
+          rt::bottleneck_exposed_comm_floor(rt::with_measured_bytes(tr.schedule(), timelines), measured));
       ccpu.push_back(cal.network.comm_sm_fraction);
     }
   });

@@ -681,6 +681,47 @@ TEST_CASE("calibration charges the comm threads' CPU to the host cores as comm k
       }
 }
 
+TEST_CASE("calibration moves the bytes each transfer's sender measured, not the schedule's model") {
+  // The "measured" run sends 0.6x the modelled bytes on every transfer between workers
+  // (send-once dispatch to fewer ranks than the model's bound) over the schedule's slow
+  // links. Its timelines carry each sender's bytes: calibrated from them, the simulation
+  // predicts the run's step; from the model's bytes it predicts it over 10% slow.
+  namespace ds = disagmoe::schedule;
+  for (int p : {1, 2})
+    for (bool fuse : {true, false}) {
+      CAPTURE(p);
+      CAPTURE(fuse);
+      const auto s = slow_link_schedule(p, fuse);
+      auto truth = s;
+      for (auto& w : truth.workers) w.posted_sends = true;  // as calibrated() sets them
+      std::vector<std::vector<rt::MeasuredOp>> timelines(s.workers.size(),
+                                                         std::vector<rt::MeasuredOp>(s.ops.size()));
+      for (std::size_t i = 0; i < s.ops.size(); ++i) {
+        auto& op = truth.ops[i];
+        auto& sender = timelines[static_cast<std::size_t>(op.worker)][i];
+        if (!ds::is_comm(op.kind)) {
+          sender.cpu = op.seconds;
+          continue;
+        }
+        if (op.kind == ds::OpKind::kAllReduce) continue;  // keeps its model (the runtime runs it after)
+        op.bytes *= 0.6;
+        sender.bytes = op.bytes;
+        if (op.peer != op.worker)
+          timelines[static_cast<std::size_t>(op.peer)][i].bytes = 0;  // the receiver posts none
+      }
+      const auto truth_sim = ds::simulate(truth);
+      const auto run = disagmoe::io::simulated_run(truth, truth_sim);
+      const auto cal = rt::calibrated(s, run, timelines);
+      for (std::size_t i = 0; i < s.ops.size(); ++i) CHECK(cal.ops[i].bytes == truth.ops[i].bytes);
+      CHECK(ds::simulate(cal).step_seconds == doctest::Approx(truth_sim.step_seconds).epsilon(1e-6));
+      for (auto& t : timelines)
+        for (auto& m : t) m.bytes = -1;
+      const auto modelled = rt::calibrated(s, run, timelines);
+      for (std::size_t i = 0; i < s.ops.size(); ++i) CHECK(modelled.ops[i].bytes == s.ops[i].bytes);
+      CHECK(ds::simulate(modelled).step_seconds > 1.1 * truth_sim.step_seconds);
+    }
+}
+
 TEST_CASE("a worker of several ranks reports its first rank's timeline, its slowest rank's CPU time per compute op, and every rank's own") {
   namespace ds = disagmoe::schedule;
   const auto spec = spec_of(3, 2, 0, 0);
@@ -784,7 +825,9 @@ TEST_CASE("measured timelines: every task ran once, after its dependencies, in s
   CHECK_FALSE(ds::simulate(cal).deadlocked);
 }
 
-TEST_CASE("the schedule's transfer bytes are the bytes each rank of the run sends") {
+TEST_CASE(
+    "the schedule's transfer bytes are the bytes each rank of the run sends, and each op's posted bytes add "
+    "up to them") {
   // What the simulator is told each AF-Pipe transfer moves, recounted against the bytes
   // the emulated network saw each rank send. A step also sends what the schedule has no
   // op for (the statistics, the norm, the replicas' gradient sum), whose size does not
@@ -798,35 +841,49 @@ TEST_CASE("the schedule's transfer bytes are the bytes each rank of the run send
   // the model has F_l return it: the same bytes from another sender, so there only the
   // world's total is exact. With one pair the residual stays on A_0 whether or not the
   // layer is fused, so fused and unfused direct exchange send the same bytes.
+  // With several F-ranks (and in the colocated baselines' all-to-all) the model is an
+  // upper bound: it sends a token's rows to min(k + shared, N) ranks, send-once dispatch
+  // to the ranks its experts are on. The bytes each rank's ops posted (MeasuredOp::bytes,
+  // what the calibrated simulation moves) are, step against step, what the network saw.
   namespace ds = disagmoe::schedule;
   using X = rt::Exchange;
+  using S = rt::ScheduleKind;
   struct Case {
     int pairs, attention_ranks;
     bool fuse;
     X exchange;
+    int ffn_ranks = 1;
+    S schedule = S::kAfPipe;
   };
-  const Case cases[] = {{1, 1, true, X::kDirect},   {1, 1, false, X::kDirect}, {2, 1, true, X::kDirect},
-                        {1, 1, true, X::kChannel},  {2, 1, true, X::kChannel}, {1, 1, false, X::kChannel},
-                        {1, 2, true, X::kChannel},  {2, 2, true, X::kChannel}, {2, 1, false, X::kChannel}};
+  const Case cases[] = {
+      {1, 1, true, X::kDirect},     {1, 1, false, X::kDirect},    {2, 1, true, X::kDirect},
+      {1, 1, true, X::kChannel},    {2, 1, true, X::kChannel},    {1, 1, false, X::kChannel},
+      {1, 2, true, X::kChannel},    {2, 2, true, X::kChannel},    {2, 1, false, X::kChannel},
+      {1, 2, true, X::kChannel, 2}, {2, 2, true, X::kChannel, 2}, {1, 2, false, X::kAuto, 2, S::kOneFOneB}};
   std::map<bool, double> direct_one_pair;  // fuse -> the world's bytes
   for (const auto& c : cases) {
     CAPTURE(c.pairs);
     CAPTURE(c.attention_ranks);
+    CAPTURE(c.ffn_ranks);
     CAPTURE(c.fuse);
     CAPTURE(static_cast<int>(c.exchange));
+    CAPTURE(static_cast<int>(c.schedule));
     const auto spec = spec_of(4, 2, 0, 0);
     const int m = 2, small = m * c.attention_ranks;
     const auto one = batches(1, small, spec.seq_len), two = batches(1, 2 * small, spec.seq_len);
     rt::DisaggregatedOptions opt;
+    opt.schedule = c.schedule;
     opt.pairs = c.pairs;
     opt.attention_ranks = c.attention_ranks;
+    opt.ffn_ranks = c.ffn_ranks;
     opt.policy.fuse_combine_dispatch = c.fuse;
     opt.exchange = c.exchange;
     opt.executor.timeout = std::chrono::milliseconds(20000);
     const int size = rt::world_size(opt);
     dm::host::LoopbackWorld world(size, dm::host::NetworkConfig{});
     std::barrier sync(size);
-    std::vector<double> sent(static_cast<std::size_t>(size));  // [rank] step(2S) - step(S)
+    // [rank] step(2S) - step(S): what the network saw, what the rank's ops posted
+    std::vector<double> sent(static_cast<std::size_t>(size)), posted(sent.size());
     dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& t) {
       rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(
           Attention(spec, {}), Experts(spec, {}), spec, train_options(m), opt, t);
@@ -836,11 +893,19 @@ TEST_CASE("the schedule's transfer bytes are the bytes each rank of the run send
         sync.arrive_and_wait();
         (void)tr.step(b.view());
         sync.arrive_and_wait();
-        return static_cast<double>(world.network()->sent_bytes(t.rank()) - before);
+        double ops = 0;
+        for (const auto& op : tr.timeline()) ops += std::max(0.0, op.bytes);
+        return std::pair{static_cast<double>(world.network()->sent_bytes(t.rank()) - before), ops};
       };
-      const double first = bytes_of_step(one[0]);
-      sent[static_cast<std::size_t>(t.rank())] = bytes_of_step(two[0]) - first;
+      const auto first = bytes_of_step(one[0]), second = bytes_of_step(two[0]);
+      sent[static_cast<std::size_t>(t.rank())] = second.first - first.first;
+      posted[static_cast<std::size_t>(t.rank())] = second.second - first.second;
     });
+    for (int r = 0; r < size; ++r) {
+      CAPTURE(r);
+      CHECK(sent[static_cast<std::size_t>(r)] > 0);
+      CHECK(posted[static_cast<std::size_t>(r)] == sent[static_cast<std::size_t>(r)]);
+    }
     const rt::RankLayout ranks(opt);
     const bool hand_off = c.exchange == X::kChannel && c.pairs > 1 && c.fuse;
     auto model_bytes = [&](int sequences) {  // [worker]
@@ -861,18 +926,23 @@ TEST_CASE("the schedule's transfer bytes are the bytes each rank of the run send
       return w;
     };
     const auto model_one = model_bytes(small), model_two = model_bytes(2 * small);
+    const bool exact = c.ffn_ranks == 1 && c.schedule == S::kAfPipe;
     double total_sent = 0, total_model = 0;
     for (int w = 0; w < ranks.workers(); ++w) {
       CAPTURE(w);
       double worker_sent = 0;
-      const int members = w < c.pairs ? c.attention_ranks : 1;
+      const int members = w < c.pairs ? c.attention_ranks : c.ffn_ranks;
       for (int i = 0; i < members; ++i) worker_sent += sent[static_cast<std::size_t>(ranks.world_rank(w, i))];
       const double expected = model_two[static_cast<std::size_t>(w)] - model_one[static_cast<std::size_t>(w)];
-      if (!hand_off) CHECK(worker_sent == doctest::Approx(expected).epsilon(1e-9));
+      if (exact && !hand_off) CHECK(worker_sent == doctest::Approx(expected).epsilon(1e-9));
+      if (!exact && !hand_off) CHECK(worker_sent <= expected);
       total_sent += worker_sent;
       total_model += expected;
     }
-    CHECK(total_sent == doctest::Approx(total_model).epsilon(1e-9));
+    if (exact) CHECK(total_sent == doctest::Approx(total_model).epsilon(1e-9));
+    // Top-2 of 4 experts on 2 ranks: a third of the tokens send one row where the model sends two.
+    else
+      CHECK(total_sent < 0.95 * total_model);
     if (c.exchange == X::kDirect && c.pairs == 1) direct_one_pair[c.fuse] = total_sent;
   }
   REQUIRE(direct_one_pair.size() == 2);

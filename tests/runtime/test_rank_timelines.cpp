@@ -38,18 +38,24 @@ ds::Schedule two_workers() {
   return s;
 }
 
-rt::MeasuredOp op(double start, double end, double cpu = -1) { return {start, end, cpu}; }
+rt::MeasuredOp op(double start, double end, double cpu = -1, double bytes = -1) {
+  return {start, end, cpu, bytes};
+}
 
-// Rank 0 computes 0..2 s on 1.5 s of CPU and enters the all-to-all at 2; rank 1 computes
-// 0..3 s on 1 s of CPU, enters at 3.5; both leave at 4.5 and 5. Worker 1 computes 0..1 s.
+// Rank 0 computes 0..2 s on 1.5 s of CPU and enters the all-to-all at 2, posting 6 bytes;
+// rank 1 computes 0..3 s on 1 s of CPU, enters at 3.5, posting 10; both leave at 4.5 and
+// 5. Worker 1 computes 0..1 s.
 rt::RankTimelines timelines() {
-  return {{{op(0, 2, 1.5), op(2, 4.5, 0.25), op(-1, -1)}, {op(0, 3, 1.0), op(3.5, 5, 0.5), op(-1, -1)}},
-          {{op(-1, -1), op(-1, -1), op(0, 1)}}};
+  return {
+      {{op(0, 2, 1.5), op(2, 4.5, 0.25, 6), op(-1, -1)}, {op(0, 3, 1.0), op(3.5, 5, 0.5, 10), op(-1, -1)}},
+      {{op(-1, -1), op(-1, -1), op(0, 1)}}};
 }
 
 }  // namespace
 
-TEST_CASE("merged_timelines: the first rank's, an all-to-all from the last entry to the last exit, each op's slowest CPU") {
+TEST_CASE(
+    "merged_timelines: the first rank's, an all-to-all from the last entry to the last exit, each op's "
+    "slowest CPU and busiest bytes") {
   const auto s = two_workers();
   const auto m = rt::merged_timelines(s, timelines());
   REQUIRE(m.size() == 2);
@@ -59,6 +65,8 @@ TEST_CASE("merged_timelines: the first rank's, an all-to-all from the last entry
   CHECK(m[0][1].start == 3.5);  // rank 1's entry
   CHECK(m[0][1].end == 5);      // rank 1's end, the last
   CHECK(m[0][1].cpu == 0.5);
+  CHECK(m[0][1].bytes == 10);  // the busiest rank's
+  CHECK(m[0][0].bytes == -1);  // a compute op posts nothing
   CHECK(m[1][2].end == 1);
   // Wrong shapes are named.
   auto bad = timelines();

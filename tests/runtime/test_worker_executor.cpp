@@ -75,6 +75,20 @@ struct CountingHandler {
 };
 static_assert(rt::async_comm_handler<CountingHandler>);
 
+// Posts 1000 + op bytes when a task starts and 1 byte per progress call.
+struct PostingHandler : CountingHandler {
+  std::int64_t posted = 0;
+  void start(const ds::Task& t) {
+    CountingHandler::start(t);
+    posted += 1000 + t.op;
+  }
+  bool progress(const ds::Task& t) {
+    ++posted;
+    return CountingHandler::progress(t);
+  }
+  std::int64_t bytes_posted() const { return posted; }
+};
+
 }  // namespace
 
 TEST_CASE("async comm: in-order starts after dependencies, several exchanges in flight, every op once") {
@@ -159,4 +173,35 @@ TEST_CASE("async comm: a task that never finishes is a TimeoutError naming worke
   CHECK(seconds < 3.0);
   CHECK(what.find("worker " + s.workers[0].name + ", step 7, " + ds::describe_op(s, h.never)) != std::string::npos);
   CHECK(what.find("no progress") != std::string::npos);
+}
+
+TEST_CASE(
+    "async comm: what a task's start and progress calls post is its measured bytes; none measured without a "
+    "counter") {
+  const ds::Schedule s = small_schedule();
+  const ds::LoweredSchedule low = ds::lower(s);
+  for (const auto& program : low.workers) {
+    CAPTURE(program.worker);
+    PostingHandler h;
+    h.finished.assign(s.ops.size(), 0);
+    CountingHandler silent;
+    silent.finished.assign(s.ops.size(), 0);
+    rt::ExecutorOptions opt;
+    opt.timeout = std::chrono::milliseconds(5000);
+    const auto times = rt::run_worker(s, program, h, opt);
+    const auto unmeasured = rt::run_worker(s, program, silent, opt);
+    double total = 0;
+    for (int stream = 0; stream < ds::kStreams; ++stream)
+      for (const auto& t : program.streams[static_cast<std::size_t>(stream)]) {
+        const double bytes = times[static_cast<std::size_t>(t.op)].bytes;
+        CHECK(unmeasured[static_cast<std::size_t>(t.op)].bytes == -1);
+        if (stream != static_cast<int>(ds::Stream::kComm)) {
+          CHECK(bytes == -1);
+          continue;
+        }
+        CHECK(bytes == 1000 + t.op + h.polls);  // done on its polls-th progress call
+        total += bytes;
+      }
+    CHECK(total == static_cast<double>(h.posted));
+  }
 }

@@ -390,6 +390,7 @@ class DisaggregatedTrainer {
       t.post_beside_receives(t.comm_position(++started));
     }
     bool progress(const schedule::Task& task) { return t.progress_exchange(task); }
+    std::int64_t bytes_posted() const { return t.bytes_posted_; }
   };
 
   // ---- layout -----------------------------------------------------------------
@@ -793,8 +794,12 @@ class DisaggregatedTrainer {
     using Side = typename ChannelExchange<Transport, T, Backend>::Side;
     const int l = o.layer, j = o.micro_batch;
     const bool from_attention = ph == Phase::kDispatch || ph == Phase::kGradDispatch;
-    return exchange_->visit(l, j, send == from_attention ? Side::kAttention : Side::kFfn,
-                            [&](auto& ch) { return exchange_on(ch, l, j, ph, send); });
+    return exchange_->visit(l, j, send == from_attention ? Side::kAttention : Side::kFfn, [&](auto& ch) {
+      const std::int64_t before = ch.bytes_sent();
+      const bool done = exchange_on(ch, l, j, ph, send);
+      bytes_posted_ += ch.bytes_sent() - before;
+      return done;
+    });
   }
 
   template <class Channel>
@@ -873,7 +878,8 @@ class DisaggregatedTrainer {
   /// Residual-stream hand-off between attention workers: rank i of one to rank i of the
   /// other, over the world (sends complete by the end of the step).
   void start_hand_off(const schedule::Task& task) {
-    if (task.kind == schedule::TaskKind::kSend) messages_.send(task.op, world_rank(task.peer, index_), pack(task.op));
+    if (task.kind == schedule::TaskKind::kSend)
+      post(task.op, world_rank(task.peer, index_), pack(task.op));
     else (void)received_hand_off(task);
   }
   bool progress_hand_off(const schedule::Task& task) {
@@ -945,7 +951,12 @@ class DisaggregatedTrainer {
   /// hidden, kept until the step ends) to rank a of attention worker `to`, tagged by the
   /// fused op `id` it travels beside.
   void send_beside(int id, int to, const Matrix& m) {
-    messages_.send(id, world_rank(to, index_), std::as_bytes(std::span(m.data(), static_cast<std::size_t>(m.size()))));
+    post(id, world_rank(to, index_), std::as_bytes(std::span(m.data(), static_cast<std::size_t>(m.size()))));
+  }
+  /// Posts a world message (channel mode), counted in `bytes_posted_`.
+  void post(int id, int to_rank, std::span<const std::byte> bytes) {
+    messages_.send(id, to_rank, bytes);
+    bytes_posted_ += static_cast<std::int64_t>(bytes.size());
   }
   /// The matching receive from rank a of attention worker `from` into `m`: posted on the
   /// first call, true once it arrived.
@@ -1062,6 +1073,7 @@ class DisaggregatedTrainer {
   std::vector<Matrix> final_;
   std::vector<T> loss_;
   std::map<int, std::vector<std::byte>> wire_;  // comm stream only
+  std::int64_t bytes_posted_ = 0;               // channel mode: payload bytes posted (MeasuredOp::bytes)
   // Channel mode: hand-offs and stage alignment beside a channel (after the buffers they
   // read and write, so that it is destroyed, cancelling, first).
   WorldMessages<Transport> messages_{world_};

@@ -42,7 +42,8 @@ inline void expect_rank_timelines(const schedule::Schedule& s, const RankTimelin
 /// worker's last rank enters it (until then the others wait for a peer that is still
 /// computing: a bubble, not communication) and ends when its last rank leaves it, and
 /// that every op's CPU time is its slowest rank's: the worker goes on when all its ranks
-/// are done. (Ending an all-to-all at its first rank's end instead left the calibrated
+/// are done, and its bytes its busiest rank's, as the simulator's representative GPU
+/// moves them. (Ending an all-to-all at its first rank's end instead left the calibrated
 /// prediction of 1F1B-EP on one stage of 4 ranks 14–17% short: its ranks leave at their
 /// own times, the busiest last, and the lockstep worker of the simulator then computes.)
 /// O(ranks · ops).
@@ -60,6 +61,7 @@ inline std::vector<std::vector<MeasuredOp>> merged_timelines(const schedule::Sch
           m[op].start = std::max(m[op].start, o.start);
         }
         m[op].cpu = std::max(m[op].cpu, o.cpu);
+        m[op].bytes = std::max(m[op].bytes, o.bytes);
       }
   }
   return out;

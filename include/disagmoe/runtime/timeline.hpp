@@ -173,10 +173,11 @@ inline std::vector<double> exposed_comm_floor(const schedule::Schedule& s, const
 /// run of the same transfers exposes less without computing longer (as compute that
 /// shares its cores or SMs with the transfers does) or moving fewer bytes. Holds for
 /// simulated runs; for a measured run as far as the schedule's bytes are the bytes sent
-/// (exact with one F-rank per worker; runtime/disaggregated_options.hpp) and its bandwidth
-/// the emulated network's. A transfer without its sender's event in `run` is left out
-/// (as in worker_exposure: the data-parallel all-reduce the runtime runs after the
-/// schedule). O(ops + events log events).
+/// (as `with_measured_bytes` makes them; the model's are exact with one F-rank per
+/// worker, runtime/disaggregated_options.hpp) and its bandwidth the emulated network's.
+/// A transfer without its sender's event in `run` is left out (as in worker_exposure:
+/// the data-parallel all-reduce the runtime runs after the schedule).
+/// O(ops + events log events).
 inline std::vector<double> exposed_comm_floor(const schedule::Schedule& s, const io::TraceRun& run) {
   return detail::exposed_comm_floor(s, run, worker_exposure(s, run).busy);
 }
@@ -203,6 +204,26 @@ inline schedule::Schedule calibrated_compute(schedule::Schedule s, const io::Tra
                            ? timelines[static_cast<std::size_t>(e.worker)].at(static_cast<std::size_t>(e.op)).cpu
                            : -1.0;
     op.seconds = std::max(0.0, cpu >= 0 ? cpu : e.end - e.start);
+  }
+  return s;
+}
+
+/// `s` with every transfer moving the bytes its sender measured (MeasuredOp::bytes, where
+/// `timelines` has them: a worker's busiest rank's, runtime/rank_timelines.hpp) instead
+/// of the schedule's model, which counts a token's rows to min(k + shared, N) F-ranks
+/// where send-once dispatch sends them to the ranks its experts are on, fewer when two
+/// share one. An all-to-all's measured bytes include the rank's rows to itself, which the
+/// simulator keeps local as a (1/G) share, as it does the modelled bytes. The
+/// data-parallel all-reduce, which the runtime runs after the schedule, keeps its model.
+inline schedule::Schedule with_measured_bytes(schedule::Schedule s,
+                                              std::span<const std::vector<MeasuredOp>> timelines) {
+  for (std::size_t i = 0; i < s.ops.size(); ++i) {
+    auto& op = s.ops[i];
+    const auto w = static_cast<std::size_t>(op.worker);
+    if (!schedule::is_comm(op.kind) || op.kind == schedule::OpKind::kAllReduce || w >= timelines.size())
+      continue;
+    const double measured = timelines[w].at(i).bytes;
+    if (measured >= 0) op.bytes = measured;
   }
   return s;
 }
@@ -313,18 +334,19 @@ inline double comm_cpu_share(const schedule::Schedule& s, const io::TraceRun& ru
 }
 
 /// `s` calibrated from its measured `run`: compute ops at their measured cost
-/// (`calibrated_compute`), at most `host_cores` of them at once across workers (the
-/// cores the run's worker threads shared; 0: a core each) and slowed by the comm threads'
-/// share of their cores while transfers touch their worker (`comm_cpu_share`, with
-/// host cores only: the simulator's comm-SM rule), every transfer between workers slowed
-/// by the measured per-transfer overhead (`comm_overhead_seconds`) and every all-to-all
-/// at its measured cost (`calibrated_all_to_alls`), so that the simulation predicts the
-/// run from its own op times. The data-parallel all-reduce, which the runtime runs after
-/// the schedule, keeps its modelled cost.
+/// (`calibrated_compute`), transfers at their measured bytes (`with_measured_bytes`), at
+/// most `host_cores` compute ops at once across workers (the cores the run's worker
+/// threads shared; 0: a core each) and slowed by the comm threads' share of their cores
+/// while transfers touch their worker (`comm_cpu_share`, with host cores only: the
+/// simulator's comm-SM rule), every transfer between workers slowed by the measured
+/// per-transfer overhead (`comm_overhead_seconds`) and every all-to-all at its measured
+/// cost (`calibrated_all_to_alls`), so that the simulation predicts the run from its own
+/// op times. The data-parallel all-reduce, which the runtime runs after the schedule,
+/// keeps its modelled cost.
 inline schedule::Schedule calibrated(schedule::Schedule s, const io::TraceRun& run,
                                      std::span<const std::vector<MeasuredOp>> timelines = {}, int host_cores = 0) {
   for (auto& w : s.workers) w.posted_sends = true;  // the runtime posts a send and moves on
-  s = calibrated_compute(std::move(s), run, timelines);
+  s = with_measured_bytes(calibrated_compute(std::move(s), run, timelines), timelines);
   s.network.host_cores = host_cores;
   if (host_cores > 0) {
     s.network.comm_sm_fraction = comm_cpu_share(s, run, timelines);

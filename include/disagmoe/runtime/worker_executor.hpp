@@ -54,6 +54,11 @@ struct MeasuredOp {
   /// among those in flight), so that a worker's comm ops add up to its comm thread's CPU
   /// time (polling, the transport, the token kernels). -1: nothing charged.
   double cpu = -1;
+  /// Transfers and collectives: the payload bytes this rank posted for the op (an
+  /// all-to-all's messages to the rank itself included), what the calibrated simulation
+  /// moves instead of the schedule's modelled bytes (runtime::with_measured_bytes). -1:
+  /// not measured (compute ops, and an async handler without `bytes_posted()`).
+  double bytes = -1;
 };
 
 namespace detail {
@@ -96,7 +101,8 @@ class CommCpuMeter {
 /// What the executor asks of the caller, per op. Compute runs on the op's stream
 /// thread; everything else on the comm stream (the calling thread).
 ///  - `compute(op)`: run compute op `op`;
-///  - `send_payload(op)`: the bytes of transfer `op` (valid until `sent(op)`);
+///  - `send_payload(op)`: the bytes of transfer `op` (valid until `sent(op)`; their size
+///    is the op's MeasuredOp::bytes on the sender, 0 on the receiver);
 ///  - `recv_buffer(op)`: where transfer `op` lands (exactly as large as the send);
 ///  - `received(op)` / `sent(op)`: the transfer completed on this end;
 ///  - `collective(op)`: a comm op inside the worker (all-reduce, all-to-all).
@@ -344,6 +350,7 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
           current = t.op;
           if (t.kind == TaskKind::kRecv) {
             at(t.op).start = cx.since();
+            at(t.op).bytes = 0;
             meter.touch(t.op);
             flight.push_back({comm::irecv(transport, t.peer, tag_of(t.op), handler.recv_buffer(t.op)), t.op, false});
             ++next;
@@ -352,7 +359,9 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
             at(t.op).start = cx.since();
             meter.touch(t.op);
             if (t.kind == TaskKind::kSend) {
-              flight.push_back({comm::isend(transport, t.peer, tag_of(t.op), handler.send_payload(t.op)), t.op, true});
+              const std::span<const std::byte> payload = handler.send_payload(t.op);
+              at(t.op).bytes = static_cast<double>(payload.size());
+              flight.push_back({comm::isend(transport, t.peer, tag_of(t.op), payload), t.op, true});
             } else {
               handler.collective(t.op);
               at(t.op).end = cx.since();
@@ -384,13 +393,35 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
 /// A handler whose comm tasks are exchanges that progress without blocking (e.g.
 /// `comm::M2NChannel`'s try_ calls): `compute(op)` as for `op_handler`; `start(task)` when
 /// the task heads the comm stream and its dependencies are done (in the program's order:
-/// it posts what it can), then `progress(task)` until it returns true (done).
+/// it posts what it can), then `progress(task)` until it returns true (done). Optionally
+/// `bytes_posted()`: the payload bytes the handler has posted so far, so that what a
+/// task's start and progress calls post is its MeasuredOp::bytes.
 template <class H>
 concept async_comm_handler = requires(H& h, int op, const schedule::Task& t) {
   h.compute(op);
   h.start(t);
   { h.progress(t) } -> std::same_as<bool>;
 };
+
+namespace detail {
+/// Runs `call` (one of `handler`'s calls for `op`) and adds what it posted to `m.bytes`.
+template <class H, class Call>
+decltype(auto) counting_posts(H& handler, MeasuredOp& m, Call&& call) {
+  if constexpr (requires {
+                  { handler.bytes_posted() } -> std::convertible_to<std::int64_t>;
+                }) {
+    struct Count {  // added after `call` returns (its result, if any, is already made)
+      H& h;
+      MeasuredOp& m;
+      std::int64_t before;
+      ~Count() { m.bytes = std::max(0.0, m.bytes) + static_cast<double>(h.bytes_posted() - before); }
+    } count{handler, m, handler.bytes_posted()};
+    return call();
+  } else {
+    return call();
+  }
+}
+}  // namespace detail
 
 /// Runs `program` with an async-comm handler: tasks start strictly in order and then
 /// progress concurrently, so one comm stream serves many exchanges in flight. A worker
@@ -412,7 +443,8 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
       for (std::size_t i = 0; i < flight.size();) {
         const schedule::Task& t = *flight[i];
         current = t.op;
-        if (!handler.progress(t)) {
+        if (!detail::counting_posts(handler, cx.times[static_cast<std::size_t>(t.op)],
+                                    [&] { return handler.progress(t); })) {
           ++i;
           continue;
         }
@@ -427,7 +459,7 @@ std::vector<MeasuredOp> run_worker(const schedule::Schedule& schedule, const sch
         cx.times[static_cast<std::size_t>(t.op)].start = cx.since();
         meter.touch(t.op);
         cx.done.touch();  // starting a task is progress
-        handler.start(t);
+        detail::counting_posts(handler, cx.times[static_cast<std::size_t>(t.op)], [&] { handler.start(t); });
         flight.push_back(&t);
         progressed = true;
       }
