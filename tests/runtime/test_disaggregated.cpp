@@ -720,6 +720,27 @@ TEST_CASE("calibration moves the bytes each transfer's sender measured, not the 
       for (std::size_t i = 0; i < s.ops.size(); ++i) CHECK(modelled.ops[i].bytes == s.ops[i].bytes);
       CHECK(ds::simulate(modelled).step_seconds > 1.1 * truth_sim.step_seconds);
     }
+  // The all-to-alls inside a worker keep the model's bytes (their measured duration is
+  // their cost); a pipeline send between stages moves what it posted.
+  rt::DisaggregatedOptions colocated;
+  colocated.schedule = rt::ScheduleKind::kOneFOneB;
+  colocated.pairs = 2;
+  colocated.attention_ranks = colocated.ffn_ranks = 2;
+  const auto s = rt::build_schedule(spec_of(4, 2, 0, 0), colocated, 4);
+  std::vector<std::vector<rt::MeasuredOp>> timelines(s.workers.size(),
+                                                     std::vector<rt::MeasuredOp>(s.ops.size()));
+  for (std::size_t i = 0; i < s.ops.size(); ++i)
+    timelines[static_cast<std::size_t>(s.ops[i].worker)][i].bytes = 7;
+  const auto with = rt::with_measured_bytes(s, timelines);
+  int a2a = 0, sends = 0;
+  for (std::size_t i = 0; i < s.ops.size(); ++i) {
+    const auto k = s.ops[i].kind;
+    a2a += k == ds::OpKind::kAllToAll;
+    sends += k == ds::OpKind::kSend;
+    CHECK(with.ops[i].bytes == (k == ds::OpKind::kSend ? 7 : s.ops[i].bytes));
+  }
+  CHECK(a2a > 0);
+  CHECK(sends > 0);
 }
 
 TEST_CASE("a worker of several ranks reports its first rank's timeline, its slowest rank's CPU time per compute op, and every rank's own") {

@@ -173,8 +173,9 @@ inline std::vector<double> exposed_comm_floor(const schedule::Schedule& s, const
 /// run of the same transfers exposes less without computing longer (as compute that
 /// shares its cores or SMs with the transfers does) or moving fewer bytes. Holds for
 /// simulated runs; for a measured run as far as the schedule's bytes are the bytes sent
-/// (as `with_measured_bytes` makes them; the model's are exact with one F-rank per
-/// worker, runtime/disaggregated_options.hpp) and its bandwidth the emulated network's.
+/// (as `with_measured_bytes` makes them between workers; the model's are exact with one
+/// F-rank per worker, runtime/disaggregated_options.hpp) and its bandwidth the emulated
+/// network's.
 /// A transfer without its sender's event in `run` is left out (as in worker_exposure:
 /// the data-parallel all-reduce the runtime runs after the schedule).
 /// O(ops + events log events).
@@ -208,30 +209,36 @@ inline schedule::Schedule calibrated_compute(schedule::Schedule s, const io::Tra
   return s;
 }
 
-/// `s` with every transfer moving the bytes its sender measured (MeasuredOp::bytes, where
-/// `timelines` has them: a worker's busiest rank's, runtime/rank_timelines.hpp) instead
-/// of the schedule's model, which counts a token's rows to min(k + shared, N) F-ranks
-/// where send-once dispatch sends them to the ranks its experts are on, fewer when two
-/// share one. An all-to-all's measured bytes include the rank's rows to itself, which the
-/// simulator keeps local as a (1/G) share, as it does the modelled bytes. The
-/// data-parallel all-reduce, which the runtime runs after the schedule, keeps its model.
+/// True for the transfers between workers that `comm_overhead_seconds` prices: every comm
+/// op but the all-to-alls inside a worker and the data-parallel all-reduce.
+inline bool is_worker_transfer(schedule::OpKind k) {
+  return schedule::is_comm(k) && k != schedule::OpKind::kAllReduce && k != schedule::OpKind::kAllToAll;
+}
+
+/// `s` with every transfer between workers moving the bytes its sender measured
+/// (MeasuredOp::bytes, where `timelines` has them: a worker's busiest rank's,
+/// runtime/rank_timelines.hpp) instead of the schedule's model, which counts a token's
+/// rows to min(k + shared, N) F-ranks where send-once dispatch sends them to the ranks its
+/// experts are on, fewer when two share one. A message that travels beside a channel's
+/// hand-off counts with the op whose start posts it, which the simulator sends to that
+/// op's peer: the residual with A_l's dispatch to F_l, as the model counts it, and dL/dy
+/// with A_{l+1}'s backward dispatch to F_l, where the model has F_l return it to A_l (the
+/// same bytes, another link). The all-to-alls inside a worker keep the model's bytes:
+/// their measured duration is their cost already (`calibrated_all_to_alls`), and their
+/// busiest rank's bytes, sent by every GPU of the simulator's representative worker,
+/// would load every receiving link with them (on 4 ranks of one stage, A2A overlap's
+/// prediction moved from +9.7% to +14.4% with them). So does the data-parallel
+/// all-reduce, which the runtime runs after the schedule.
 inline schedule::Schedule with_measured_bytes(schedule::Schedule s,
                                               std::span<const std::vector<MeasuredOp>> timelines) {
   for (std::size_t i = 0; i < s.ops.size(); ++i) {
     auto& op = s.ops[i];
     const auto w = static_cast<std::size_t>(op.worker);
-    if (!schedule::is_comm(op.kind) || op.kind == schedule::OpKind::kAllReduce || w >= timelines.size())
-      continue;
+    if (!is_worker_transfer(op.kind) || w >= timelines.size()) continue;
     const double measured = timelines[w].at(i).bytes;
     if (measured >= 0) op.bytes = measured;
   }
   return s;
-}
-
-/// True for the transfers between workers that `comm_overhead_seconds` prices: every comm
-/// op but the all-to-alls inside a worker and the data-parallel all-reduce.
-inline bool is_worker_transfer(schedule::OpKind k) {
-  return schedule::is_comm(k) && k != schedule::OpKind::kAllReduce && k != schedule::OpKind::kAllToAll;
 }
 
 /// `s` with `o` added to the overhead (comm `Op::seconds`) of every transfer between workers.

@@ -55,9 +55,10 @@ struct MeasuredOp {
   /// time (polling, the transport, the token kernels). -1: nothing charged.
   double cpu = -1;
   /// Transfers and collectives: the payload bytes this rank posted for the op (an
-  /// all-to-all's messages to the rank itself included), what the calibrated simulation
-  /// moves instead of the schedule's modelled bytes (runtime::with_measured_bytes). -1:
-  /// not measured (compute ops, and an async handler without `bytes_posted()`).
+  /// all-to-all's messages to the rank itself included); for a transfer between workers,
+  /// what the calibrated simulation moves instead of the schedule's modelled bytes
+  /// (runtime::with_measured_bytes). -1: not measured (compute ops, and an async handler
+  /// without `bytes_posted()`).
   double bytes = -1;
 };
 
