@@ -21,8 +21,8 @@
 // worker that computes longest: what lengthens the step; AF-Pipe's lighter side waiting
 // on a transfer while the busier one computes counts in the mean only). Beside the
 // bottleneck's, its floor (runtime::bottleneck_exposed_comm_floor: its busiest link's
-// bytes at full bandwidth beyond its compute time, which no run of the same transfers
-// goes below without computing longer), and "floor/1f1b", the floor over 1F1B-EP's
+// bytes, as its ranks posted them, at full bandwidth beyond its compute time, which no
+// run of the same transfers goes below without computing longer), and "floor/1f1b", the floor over 1F1B-EP's
 // bottleneck exposure: a row whose floor/1f1b exceeds a target cannot meet it by
 // reordering the same bytes. Last, where the ranks' time goes (rank_timelines.hpp), for
 // the worker whose ranks spend the most compute time off their cores, mean over its
@@ -179,8 +179,7 @@ Result run(const dm::ModelSpec& spec, const rt::TrainOptions& t, const Batches& 
       pexposed.push_back(rt::exposed_comm_seconds(cal, simulated));
       bneck.push_back(rt::bottleneck_exposed_comm_seconds(tr.schedule(), measured));
       pbneck.push_back(rt::bottleneck_exposed_comm_seconds(cal, simulated));
-      floor.push_back(
-          rt::bottleneck_exposed_comm_floor(rt::with_measured_bytes(tr.schedule(), timelines), measured));
+      floor.push_back(rt::bottleneck_exposed_comm_floor(tr.schedule(), measured, timelines));
       ccpu.push_back(cal.network.comm_sm_fraction);
     }
   });

@@ -411,7 +411,7 @@ void rank_loop(const Policy& policy, Transport& world, const RunInputs& in,
       out.exposed_comm_seconds.push_back(rt::exposed_comm_seconds(owned->schedule(), run));
       out.bottleneck_exposed_comm_seconds.push_back(rt::bottleneck_exposed_comm_seconds(owned->schedule(), run));
       out.bottleneck_exposed_comm_floor_seconds.push_back(
-          rt::bottleneck_exposed_comm_floor(rt::with_measured_bytes(owned->schedule(), timelines), run));
+          rt::bottleneck_exposed_comm_floor(owned->schedule(), run, timelines));
     }
     last_run = std::move(run);
     last_rank_timelines = std::move(rank_timelines);

@@ -864,8 +864,9 @@ TEST_CASE(
   // layer is fused, so fused and unfused direct exchange send the same bytes.
   // With several F-ranks (and in the colocated baselines' all-to-all) the model is an
   // upper bound: it sends a token's rows to min(k + shared, N) ranks, send-once dispatch
-  // to the ranks its experts are on. The bytes each rank's ops posted (MeasuredOp::bytes,
-  // what the calibrated simulation moves) are, step against step, what the network saw.
+  // to the ranks its experts are on. The bytes each rank posted on the ops its worker
+  // sends (MeasuredOp::bytes, what the calibrated simulation moves) are, step against
+  // step, what the network saw, and the ops it only receives posted none.
   namespace ds = disagmoe::schedule;
   using X = rt::Exchange;
   using S = rt::ScheduleKind;
@@ -903,8 +904,11 @@ TEST_CASE(
     const int size = rt::world_size(opt);
     dm::host::LoopbackWorld world(size, dm::host::NetworkConfig{});
     std::barrier sync(size);
-    // [rank] step(2S) - step(S): what the network saw, what the rank's ops posted
+    // [rank] step(2S) - step(S): what the network saw, what the rank's ops posted; and the
+    // ops the rank runs without sending them that still recorded bytes
     std::vector<double> sent(static_cast<std::size_t>(size)), posted(sent.size());
+    std::vector<int> misplaced(sent.size(), 0);
+    const rt::RankLayout layout(opt);
     dm::host::run_ranks(world, [&](dm::host::LoopbackTransport& t) {
       rt::DisaggregatedTrainer<Attention, Experts, dm::host::LoopbackTransport> tr(
           Attention(spec, {}), Experts(spec, {}), spec, train_options(m), opt, t);
@@ -914,8 +918,15 @@ TEST_CASE(
         sync.arrive_and_wait();
         (void)tr.step(b.view());
         sync.arrive_and_wait();
-        double ops = 0;
-        for (const auto& op : tr.timeline()) ops += std::max(0.0, op.bytes);
+        double ops = 0;  // over the ops this rank's worker sends
+        const int me = layout.worker_of(t.rank());
+        for (std::size_t i = 0; i < tr.timeline().size(); ++i) {
+          const double bytes = tr.timeline()[i].bytes;
+          if (tr.schedule().ops[i].worker == me)
+            ops += std::max(0.0, bytes);
+          else
+            misplaced[static_cast<std::size_t>(t.rank())] += bytes > 0;
+        }
         return std::pair{static_cast<double>(world.network()->sent_bytes(t.rank()) - before), ops};
       };
       const auto first = bytes_of_step(one[0]), second = bytes_of_step(two[0]);
@@ -926,6 +937,7 @@ TEST_CASE(
       CAPTURE(r);
       CHECK(sent[static_cast<std::size_t>(r)] > 0);
       CHECK(posted[static_cast<std::size_t>(r)] == sent[static_cast<std::size_t>(r)]);
+      CHECK(misplaced[static_cast<std::size_t>(r)] == 0);
     }
     const rt::RankLayout ranks(opt);
     const bool hand_off = c.exchange == X::kChannel && c.pairs > 1 && c.fuse;

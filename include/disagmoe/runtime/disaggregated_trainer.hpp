@@ -390,7 +390,12 @@ class DisaggregatedTrainer {
       t.post_beside_receives(t.comm_position(++started));
     }
     bool progress(const schedule::Task& task) { return t.progress_exchange(task); }
-    std::int64_t bytes_posted() const { return t.bytes_posted_; }
+    /// Only where the channels post within the call (the host back end's kernels finish
+    /// in it): a device back end holds a send behind its kernels until the channel's next
+    /// call, which may be another op's (MeasuredOp::bytes stays -1 there).
+    std::int64_t bytes_posted() const requires std::same_as<Backend, host::Backend> {
+      return t.bytes_posted_;
+    }
   };
 
   // ---- layout -----------------------------------------------------------------

@@ -172,13 +172,16 @@ inline std::vector<double> exposed_comm_floor(const schedule::Schedule& s, const
 /// of that the worker does not spend computing (WorkerExposure::busy) is exposed. So no
 /// run of the same transfers exposes less without computing longer (as compute that
 /// shares its cores or SMs with the transfers does) or moving fewer bytes. Holds for
-/// simulated runs; for a measured run as far as the schedule's bytes are the bytes sent
-/// (as `with_measured_bytes` makes them between workers; the model's are exact with one
-/// F-rank per worker, runtime/disaggregated_options.hpp) and its bandwidth the emulated
-/// network's.
-/// A transfer without its sender's event in `run` is left out (as in worker_exposure:
-/// the data-parallel all-reduce the runtime runs after the schedule).
-/// O(ops + events log events).
+/// simulated runs. For a measured run it holds as far as the schedule's bytes are the
+/// bytes sent and its bandwidths the emulated network's: the model's bytes are exact with
+/// one F-rank per worker but for the backward return's dL/dgate (4 bytes per slot where
+/// it counts 8; runtime/disaggregated_options.hpp), and the overload of
+/// bottleneck_exposed_comm_floor with timelines takes each sender's posted bytes
+/// (`with_measured_bytes`). A worker of uneven ranks then sends its busiest rank's bytes
+/// from every rank (Op::rx_scale keeps the model's), so the floor of its receivers can
+/// exceed what the run needed. A transfer without its sender's event in `run` is left out
+/// (as in worker_exposure: the data-parallel all-reduce the runtime runs after the
+/// schedule). O(ops + events log events).
 inline std::vector<double> exposed_comm_floor(const schedule::Schedule& s, const io::TraceRun& run) {
   return detail::exposed_comm_floor(s, run, worker_exposure(s, run).busy);
 }
@@ -239,6 +242,13 @@ inline schedule::Schedule with_measured_bytes(schedule::Schedule s,
     if (measured >= 0) op.bytes = measured;
   }
   return s;
+}
+
+/// bottleneck_exposed_comm_floor at the bytes each transfer's sender posted in the run
+/// (`with_measured_bytes` of its merged `timelines`).
+inline double bottleneck_exposed_comm_floor(const schedule::Schedule& s, const io::TraceRun& run,
+                                            std::span<const std::vector<MeasuredOp>> timelines) {
+  return bottleneck_exposed_comm_floor(with_measured_bytes(s, timelines), run);
 }
 
 /// `s` with `o` added to the overhead (comm `Op::seconds`) of every transfer between workers.

@@ -29,10 +29,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <ctime>
+#include <concepts>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -40,6 +41,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace disagmoe::runtime {
@@ -54,13 +56,14 @@ struct MeasuredOp {
   /// among those in flight), so that a worker's comm ops add up to its comm thread's CPU
   /// time (polling, the transport, the token kernels). -1: nothing charged.
   double cpu = -1;
-  /// Transfers and collectives: the payload bytes this rank posted for the op (an
-  /// all-to-all's messages to the rank itself included); for a transfer between workers,
+  /// Comm ops: the payload bytes this rank posted for the op (an all-to-all's messages to
+  /// the rank itself included; 0 where it only receives); for a transfer between workers,
   /// what the calibrated simulation moves instead of the schedule's modelled bytes
-  /// (runtime::with_measured_bytes). -1: not measured (compute ops, and an async handler
-  /// without `bytes_posted()`).
+  /// (runtime::with_measured_bytes). -1: not measured (compute ops, `op_handler`
+  /// collectives, and an async handler without `bytes_posted()`).
   double bytes = -1;
 };
+static_assert(std::is_trivially_copyable_v<MeasuredOp>);  // gathered between ranks as raw bytes
 
 namespace detail {
 /// CPU time consumed by the calling thread, in seconds (POSIX CLOCK_THREAD_CPUTIME_ID).
@@ -405,19 +408,24 @@ concept async_comm_handler = requires(H& h, int op, const schedule::Task& t) {
 };
 
 namespace detail {
-/// Runs `call` (one of `handler`'s calls for `op`) and adds what it posted to `m.bytes`.
+/// Runs `call` (one of `handler`'s calls for a task) and adds what it posted to `m.bytes`.
 template <class H, class Call>
-decltype(auto) counting_posts(H& handler, MeasuredOp& m, Call&& call) {
-  if constexpr (requires {
-                  { handler.bytes_posted() } -> std::convertible_to<std::int64_t>;
-                }) {
-    struct Count {  // added after `call` returns (its result, if any, is already made)
-      H& h;
-      MeasuredOp& m;
-      std::int64_t before;
-      ~Count() { m.bytes = std::max(0.0, m.bytes) + static_cast<double>(h.bytes_posted() - before); }
-    } count{handler, m, handler.bytes_posted()};
-    return call();
+auto counting_posts(H& handler, MeasuredOp& m, Call&& call) {
+  if constexpr (requires { handler.bytes_posted(); }) {
+    static_assert(std::same_as<decltype(handler.bytes_posted()), std::int64_t>,
+                  "async_comm_handler::bytes_posted() returns the bytes posted so far, as std::int64_t");
+    const std::int64_t before = handler.bytes_posted();
+    const auto count = [&] {
+      m.bytes = std::max(0.0, m.bytes) + static_cast<double>(handler.bytes_posted() - before);
+    };
+    if constexpr (std::is_void_v<decltype(call())>) {
+      call();
+      count();
+    } else {
+      auto result = call();
+      count();
+      return result;
+    }
   } else {
     return call();
   }
