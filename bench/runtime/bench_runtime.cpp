@@ -22,9 +22,9 @@
 // on a transfer while the busier one computes counts in the mean only). Beside the
 // bottleneck's, its floor (runtime::bottleneck_exposed_comm_floor: its busiest link's
 // bytes, as its ranks posted them, at full bandwidth beyond its compute time, which no
-// run of the same transfers goes below without computing longer), and "floor/1f1b", the floor over 1F1B-EP's
-// bottleneck exposure: a row whose floor/1f1b exceeds a target cannot meet it by
-// reordering the same bytes. Last, where the ranks' time goes (rank_timelines.hpp), for
+// run of the same transfers goes below without computing longer), and "floor/1f1b", the
+// floor over 1F1B-EP's bottleneck exposure: a row whose floor/1f1b exceeds a target
+// cannot meet it by reordering the same bytes. Last, where the ranks' time goes (rank_timelines.hpp), for
 // the worker whose ranks spend the most compute time off their cores, mean over its
 // ranks: "compute s" (its compute ops' wall time), "off core" (of that, beyond their CPU
 // time: waiting to be scheduled), "rank wait" (in all-to-alls, before the worker's last
